@@ -1,0 +1,3 @@
+"""slurm-hetsched: heterogeneity-aware GPU scheduling for Slurm clusters."""
+
+__version__ = "0.1.0"

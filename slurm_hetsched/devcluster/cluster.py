@@ -1,0 +1,330 @@
+"""Bring the local dev cluster up and down: munged, one slurmctld, one slurmd per node.
+
+Everything lives under one folder (config, state, logs, pid files, fake GPU devices). Daemons
+are started with `-f <our slurm.conf>`, so they can be recognised by command line and only
+they are ever stopped.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import os
+import socket
+import subprocess
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from slurm_hetsched.devcluster import install, processes
+from slurm_hetsched.devcluster.config import DevClusterConfig
+from slurm_hetsched.devcluster.render import (
+    ClusterPaths,
+    fake_device_count,
+    render_gres_conf,
+    render_plugstack_conf,
+    render_slurm_conf,
+)
+from slurm_hetsched.errors import DevClusterError, SlurmError
+from slurm_hetsched.slurm import CliSlurmBackend, SlurmCli, SlurmJob, SlurmNode
+
+logger = logging.getLogger(__name__)
+
+READY_TIMEOUT_S = 60.0
+
+
+class DevCluster:
+    """One dev cluster: a layout plus the folder it runs in."""
+
+    def __init__(self, config: DevClusterConfig, folder: Path) -> None:
+        self.config = config
+        self.paths = ClusterPaths(folder)
+        self.backend = CliSlurmBackend(SlurmCli(slurm_conf=str(self.slurm_conf), timeout_s=20))
+
+    @property
+    def slurm_conf(self) -> Path:
+        return self.paths.slurm_conf
+
+    # --- what runs -------------------------------------------------------------------------
+    def _marker(self) -> str:
+        return str(self.slurm_conf)
+
+    def slurmctld_pid(self) -> int | None:
+        pid = processes.read_pid(self.paths.slurmctld_pid)
+        return pid if processes.is_our_process(pid, "slurmctld", self._marker()) else None
+
+    def slurmd_pid(self, node: str) -> int | None:
+        pid = processes.read_pid(self.paths.slurmd_pid(node))
+        return pid if processes.is_our_process(pid, "slurmd", self._marker()) else None
+
+    def running_daemons(self) -> dict[str, int]:
+        """Daemons of this cluster that are alive, by name ('slurmctld', 'slurmd n1', ...)."""
+        found = {}
+        if (pid := self.slurmctld_pid()) is not None:
+            found["slurmctld"] = pid
+        for node in self.config.nodes:
+            if (pid := self.slurmd_pid(node.name)) is not None:
+                found[f"slurmd {node.name}"] = pid
+        return found
+
+    def is_running(self) -> bool:
+        return len(self.running_daemons()) == 1 + len(self.config.nodes)
+
+    # --- up --------------------------------------------------------------------------------
+    def up(self) -> str:
+        """Install if needed, start what is not running, wait until every node is idle.
+
+        Returns a report: the cluster's nodes and how to reach it. Idempotent.
+
+        Raises:
+            DevClusterError: not root, a port taken, a daemon that does not start (with the
+                tail of its log), or nodes that never become idle.
+        """
+        if os.geteuid() != 0:
+            raise DevClusterError(
+                "the dev cluster runs Slurm's daemons as root: run `sudo hetsched devcluster up` "
+                "(or as root in a container or VM)"
+            )
+        running = self.running_daemons()
+        if len(running) == 1 + len(self.config.nodes):
+            self._check_same_layout()
+            return "dev cluster already running\n" + self.status()
+        if running:
+            self._check_same_layout()
+        started = time.monotonic()
+        install.ensure_installed()
+        self._check_ports(running)
+        install.ensure_munged(self.paths.munged_started)
+        if "slurmctld" not in running:
+            self._write_files()
+        self._start_daemons(running)
+        self._wait_ready()
+        return (
+            f"dev cluster up in {time.monotonic() - started:.1f} s ({self.paths.root})\n"
+            + self.status()
+            + f"\nuse it with: export SLURM_CONF={self.slurm_conf}"
+        )
+
+    def _check_same_layout(self) -> None:
+        wanted = render_slurm_conf(self.config, self.paths, _controller_host())
+        try:
+            current = self.slurm_conf.read_text()
+        except OSError:
+            current = ""
+        if current != wanted:
+            raise DevClusterError(
+                f"a dev cluster runs in {self.paths.root} with another layout or settings: "
+                "run `hetsched devcluster down` first"
+            )
+
+    def _check_ports(self, running: dict[str, int]) -> None:
+        wanted = []
+        if "slurmctld" not in running:
+            wanted.append(("slurmctld", self.config.slurmctld_port, "slurmctld_port"))
+        for index, node in enumerate(self.config.nodes):
+            if f"slurmd {node.name}" not in running:
+                port = self.config.slurmd_port(index)
+                wanted.append((f"slurmd {node.name}", port, "slurmd_port_base"))
+        for daemon, port, key in wanted:
+            if processes.port_in_use(port):
+                raise DevClusterError(
+                    f"port {port} for {daemon} is already in use (another Slurm, or a dev cluster "
+                    f"started from another folder?): stop that, or set [cluster] {key} in the "
+                    "layout file to free ports"
+                )
+
+    def _write_files(self) -> None:
+        paths = self.paths
+        for folder in (paths.etc, paths.state, paths.log, paths.run, paths.fakedev, paths.jobs):
+            folder.mkdir(parents=True, exist_ok=True)
+        for node in self.config.nodes:
+            (paths.spool / node.name).mkdir(parents=True, exist_ok=True)
+        for index in range(fake_device_count(self.config)):
+            device = paths.fakedev / f"nvidia{index}"
+            if not device.exists():
+                # A character device like the real /dev/nvidiaN (major 195): slurmd only
+                # stat()s it; with TaskPlugin=task/none nothing opens it.
+                os.mknod(device, 0o666 | 0o020000, os.makedev(195, index))
+        paths.slurm_conf.write_text(render_slurm_conf(self.config, paths, _controller_host()))
+        paths.gres_conf.write_text(render_gres_conf(self.config, paths))
+        if not paths.plugstack_conf.exists():
+            paths.plugstack_conf.write_text(render_plugstack_conf([]))
+
+    def _start_daemons(self, running: dict[str, int]) -> None:
+        conf = str(self.slurm_conf)
+        if "slurmctld" not in running:
+            # -c: a clean start that forgets jobs of an earlier run; -i: ignore state errors.
+            self._start(
+                "slurmctld",
+                ["slurmctld", "-f", conf, "-c", "-i"],
+                self.paths.slurmctld_log,
+                self.slurmctld_pid,
+            )
+        for node in self.config.nodes:
+            if f"slurmd {node.name}" not in running:
+                self._start(
+                    f"slurmd {node.name}",
+                    ["slurmd", "-f", conf, "-N", node.name],
+                    self.paths.slurmd_log(node.name),
+                    functools.partial(self.slurmd_pid, node.name),
+                )
+
+    def _start(
+        self, what: str, argv: list[str], log: Path, pid_of: Callable[[], int | None]
+    ) -> None:
+        env = dict(os.environ, SLURM_CONF=str(self.slurm_conf))
+        program = install.which(argv[0])
+        if program is None:
+            raise DevClusterError(f"{argv[0]} is not installed")
+        done = subprocess.run(
+            [program, *argv[1:]], env=env, capture_output=True, text=True, check=False
+        )
+        deadline = time.monotonic() + 10
+        while done.returncode == 0 and time.monotonic() < deadline:
+            if pid_of() is not None:
+                return
+            time.sleep(0.05)
+        raise DevClusterError(
+            f"{what} did not start (exit {done.returncode}). {done.stderr.strip()}\n"
+            f"last lines of {log}:\n{processes.tail(log)}"
+        )
+
+    def _wait_ready(self) -> None:
+        deadline = time.monotonic() + READY_TIMEOUT_S
+        nodes: list[SlurmNode] = []
+        last_error = ""
+        while time.monotonic() < deadline:
+            try:
+                nodes = self.backend.list_nodes()
+                last_error = ""
+            except SlurmError as exc:
+                last_error = str(exc)
+            # Nodes that already run jobs (a partial restart) count as ready too.
+            ready = [n for n in nodes if n.available]
+            if nodes and len(ready) == len(self.config.nodes):
+                return
+            if self.slurmctld_pid() is None:
+                break
+            time.sleep(0.2)
+        states = ", ".join(f"{n.name}={n.state}" for n in nodes) or last_error or "no nodes"
+        logs = "\n".join(
+            f"--- {log}:\n{processes.tail(log, 10)}"
+            for log in [self.paths.slurmctld_log]
+            + [self.paths.slurmd_log(n.name) for n in self.config.nodes]
+        )
+        raise DevClusterError(f"nodes not ready after {READY_TIMEOUT_S:.0f} s ({states})\n{logs}")
+
+    # --- down ------------------------------------------------------------------------------
+    def down(self) -> str:
+        """Cancel every job, stop our daemons (and munged if we started it); idempotent."""
+        report = []
+        if self.slurmctld_pid() is not None:
+            cancelled = self._cancel_all_jobs()
+            if cancelled:
+                report.append(f"cancelled {cancelled} job(s)")
+        daemons = self.running_daemons()
+        stragglers = processes.pids_with_env("SLURM_CONF", str(self.slurm_conf), "slurmstepd")
+        # slurmds first, so none reports to a slurmctld that is already gone.
+        order = sorted(daemons, key=lambda name: name == "slurmctld")
+        for name in order:
+            processes.stop([daemons[name]])
+        if stragglers:
+            processes.stop(stragglers)
+            report.append(f"stopped {len(stragglers)} leftover slurmstepd")
+        if daemons:
+            report.append("stopped " + ", ".join(order))
+        munged = processes.read_pid(self.paths.munged_started)
+        if processes.is_our_process(munged, "munged"):
+            assert munged is not None
+            processes.stop([munged])
+            report.append("stopped munged")
+        self.paths.munged_started.unlink(missing_ok=True)
+        return "; ".join(report) if report else "dev cluster was not running"
+
+    def _cancel_all_jobs(self) -> int:
+        try:
+            jobs = [j for j in self.backend.list_jobs() if j.state.is_active]
+        except SlurmError as exc:
+            logger.warning("cannot list jobs before stopping: %s", exc)
+            return 0
+        ids = sorted({j.het_job_id or j.job_id for j in jobs})
+        for job_id in ids:
+            try:
+                self.backend.cancel(job_id)
+            except SlurmError as exc:
+                logger.info("cancel %s: %s", job_id, exc)
+        # Wait for the job steps to end: a slurmstepd outlives a killed slurmd otherwise.
+        deadline = time.monotonic() + self.config.kill_wait_s + 15
+        while time.monotonic() < deadline:
+            try:
+                if not any(j.state.is_active for j in self.backend.list_jobs()):
+                    break
+            except SlurmError:
+                break
+            time.sleep(0.2)
+        return len(ids)
+
+    # --- status ----------------------------------------------------------------------------
+    def status(self) -> str:
+        """Nodes with GPU types and use, then jobs; or why the cluster is not reachable."""
+        if self.slurmctld_pid() is None:
+            return f"dev cluster not running ({self.paths.root}); start it: hetsched devcluster up"
+        try:
+            nodes = self.backend.list_nodes()
+            jobs = self.backend.list_jobs()
+        except SlurmError as exc:
+            return f"dev cluster in {self.paths.root} does not answer: {exc}"
+        return format_nodes(nodes) + "\n\n" + format_jobs(jobs)
+
+
+def _controller_host() -> str:
+    # slurmctld only runs on the host named in SlurmctldHost: this machine's short name.
+    return socket.gethostname().split(".")[0]
+
+
+def format_nodes(nodes: list[SlurmNode]) -> str:
+    rows = [("NODE", "STATE", "GPUS (used/total)", "FEATURES", "PARTITIONS")]
+    for node in nodes:
+        gpus = ",".join(
+            f"{t or 'gpu'}:{node.gpus_used.get(t, 0)}/{n}" for t, n in sorted(node.gpus.items())
+        )
+        state = "+".join((node.state.lower(), *(f.lower() for f in node.state_flags)))
+        rows.append(
+            (
+                node.name,
+                state,
+                gpus or "-",
+                ",".join(node.features) or "-",
+                ",".join(node.partitions) or "-",
+            )
+        )
+    return _table(rows)
+
+
+def format_jobs(jobs: list[SlurmJob]) -> str:
+    if not jobs:
+        return "no jobs"
+    rows = [("JOBID", "NAME", "USER", "STATE", "REASON", "GPUS/NODE", "FEATURES", "NODES")]
+    for job in sorted(jobs, key=lambda j: (int(j.job_id), j.het_job_offset or 0)):
+        request = job.gpus_per_node.gres() if job.gpus_per_node else "-"
+        rows.append(
+            (
+                job.slurm_id,
+                job.name[:20],
+                job.user,
+                job.state.value,
+                job.reason if job.reason != "None" else "-",
+                request,
+                job.features or "-",
+                job.nodes or "-",
+            )
+        )
+    return _table(rows)
+
+
+def _table(rows: Sequence[tuple[str, ...]]) -> str:
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    return "\n".join(
+        "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
+        for row in rows
+    )

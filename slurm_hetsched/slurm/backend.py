@@ -1,0 +1,284 @@
+"""The Slurm backend: the protocol the rest of slurm-hetsched uses, and its CLI implementation.
+
+Each method issues one Slurm command and is named after it. Every command is an argv list;
+values that come from users (job names, comments) travel as single argv elements.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Protocol
+
+from slurm_hetsched.errors import SlurmError, UnknownJobError
+from slurm_hetsched.slurm.cli import SlurmCli
+from slurm_hetsched.slurm.parse import parse_jobs, parse_nodes, parse_sbatch_job_id
+from slurm_hetsched.slurm.records import JobOptions, JobUpdate, SlurmJob, SlurmNode
+
+logger = logging.getLogger(__name__)
+
+
+class SlurmBackend(Protocol):
+    """What slurm-hetsched needs from a Slurm cluster."""
+
+    def list_jobs(self, job_ids: Sequence[str] | None = None) -> list[SlurmJob]: ...
+
+    def list_nodes(self) -> list[SlurmNode]: ...
+
+    def submit(
+        self,
+        script: str | Path,
+        components: Sequence[JobOptions],
+        *,
+        uid: int | str | None = None,
+    ) -> str: ...
+
+    def signal(self, job_id: str, signal: str, *, target: str = "batch") -> None: ...
+
+    def requeue(self, job_id: str) -> None: ...
+
+    def requeue_hold(self, job_id: str) -> None: ...
+
+    def hold(self, job_id: str) -> None: ...
+
+    def release(self, job_id: str) -> None: ...
+
+    def update(self, job_id: str, update: JobUpdate) -> None: ...
+
+    def cancel(self, job_id: str, *, signal: str | None = None) -> None: ...
+
+    def write_batch_script(self, job_id: str) -> str: ...
+
+
+_SIGNAL_TARGETS = {
+    "batch": ["--batch"],  # the batch shell only (what the template `exec`s into)
+    "steps": [],  # every job step, not the batch shell
+    "all": ["--full"],  # the batch shell and every step
+}
+
+
+def sbatch_argv(
+    components: Sequence[JobOptions],
+    script_path: str | None,
+    *,
+    uid: int | str | None = None,
+) -> list[str]:
+    """The sbatch argv for a job; several components make a heterogeneous job.
+
+    Components are separated by a lone ':' argument, as sbatch expects. The script is read
+    from `script_path`, or from standard input when it is None.
+    """
+    if not components:
+        raise ValueError("a job needs at least one component of options")
+    argv = ["sbatch", "--parsable"]
+    if uid is not None:
+        argv.append(f"--uid={uid}")
+    for index, options in enumerate(components):
+        if index:
+            argv.append(":")
+        argv += _options_argv(options)
+    if script_path is not None:
+        argv.append(script_path)
+    return argv
+
+
+def _options_argv(options: JobOptions) -> list[str]:
+    pairs: list[tuple[str, str | None]] = [
+        ("job-name", options.job_name),
+        ("gres", options.gpus.gres() if options.gpus else None),
+        ("constraint", options.constraint),
+        ("nodelist", options.nodelist),
+        ("exclude", options.exclude),
+        ("nodes", _str(options.nodes)),
+        ("ntasks", _str(options.ntasks)),
+        ("cpus-per-task", _str(options.cpus_per_task)),
+        ("partition", options.partition),
+        ("account", options.account),
+        ("comment", options.comment),
+        ("output", options.output),
+        ("error", options.error),
+        ("chdir", options.chdir),
+        ("signal", options.signal),
+    ]
+    argv = [f"--{name}={value}" for name, value in pairs if value is not None]
+    if options.hold:
+        argv.append("--hold")
+    if options.requeue is True:
+        argv.append("--requeue")
+    elif options.requeue is False:
+        argv.append("--no-requeue")
+    if options.open_mode_append:
+        argv.append("--open-mode=append")
+    if options.export is not None:
+        argv.append("--export=" + _export_value(options.export))
+    argv += [f"--{name}={value}" for name, value in options.extra]
+    return argv
+
+
+def _export_value(variables: Mapping[str, str]) -> str:
+    parts = ["ALL"]
+    for name, value in variables.items():
+        # sbatch splits --export on commas; refuse values it would misread.
+        if not str(name).replace("_", "").isalnum() or "," in str(value):
+            raise ValueError(f"cannot export {name}={value!r}: names are A-Z0-9_, values no ','")
+        parts.append(f"{name}={value}")
+    return ",".join(parts)
+
+
+def _str(value: int | None) -> str | None:
+    return None if value is None else str(value)
+
+
+def update_argv(job_id: str, update: JobUpdate, tres_prefix: str = "gres:gpu") -> list[str]:
+    """One `scontrol update` argv; each Key=value is its own element (no shell quoting)."""
+    fields: list[tuple[str, str | None]] = [
+        ("Features", update.features),
+        (
+            "TresPerNode",
+            None if update.gpus_per_node is None else f"{tres_prefix}:{update.gpus_per_node}",
+        ),
+        ("ReqNodeList", update.required_nodes),
+        ("ExcNodeList", update.excluded_nodes),
+        ("Priority", _str(update.priority)),
+        ("StartTime", "now" if update.start_now else None),
+        ("AdminComment", update.admin_comment),
+        ("Comment", update.comment),
+        *update.extra.items(),
+    ]
+    assignments = [f"{key}={value}" for key, value in fields if value is not None]
+    if not assignments:
+        raise ValueError(f"nothing to update for job {job_id}")
+    return ["scontrol", "update", f"JobId={job_id}", *assignments]
+
+
+class CliSlurmBackend:
+    """SlurmBackend over squeue/sinfo --json, scontrol, sbatch and scancel."""
+
+    def __init__(self, cli: SlurmCli | None = None) -> None:
+        self.cli = cli or SlurmCli()
+        self._tres_prefix: str | None = None
+
+    def list_jobs(self, job_ids: Sequence[str] | None = None) -> list[SlurmJob]:
+        """Every job slurmctld knows (finished ones until MinJobAge), or just `job_ids`.
+
+        Raises:
+            UnknownJobError: when one of `job_ids` is unknown.
+        """
+        argv = ["squeue", "--json"]
+        if job_ids is not None:
+            if not job_ids:
+                return []
+            argv.append("--jobs=" + ",".join(job_ids))
+        jobs = parse_jobs(self.cli.run(argv))
+        if job_ids is not None:
+            # squeue --json ignores the -j filter on some versions: filter here too.
+            wanted = set(job_ids)
+            jobs = [j for j in jobs if {j.job_id, j.slurm_id, j.het_job_id} & wanted]
+            if not jobs:
+                raise UnknownJobError(argv, 1, "Invalid job id specified")
+        return jobs
+
+    def job(self, job_id: str) -> SlurmJob:
+        """One job by id (the leader for a heterogeneous job's plain id)."""
+        jobs = self.list_jobs([job_id])
+        for job in jobs:
+            if job.job_id == job_id or job.slurm_id == job_id:
+                return job
+        return jobs[0]
+
+    def list_nodes(self) -> list[SlurmNode]:
+        return parse_nodes(self.cli.run(["sinfo", "--json"]))
+
+    def submit(
+        self,
+        script: str | Path,
+        components: Sequence[JobOptions],
+        *,
+        uid: int | str | None = None,
+    ) -> str:
+        """Submit a batch job; returns its id (the leader's for a heterogeneous job).
+
+        Args:
+            script: a path to the script, or the script text itself (sent on stdin).
+            components: one JobOptions per component; two or more make a heterogeneous job.
+            uid: submit as this user (root only), e.g. to re-submit a user's job.
+        """
+        if isinstance(script, Path):
+            argv = sbatch_argv(components, str(script), uid=uid)
+            stdout = self.cli.run(argv)
+        else:
+            if not script.startswith("#!"):
+                raise ValueError("a batch script must start with '#!' (e.g. #!/bin/bash)")
+            argv = sbatch_argv(components, None, uid=uid)
+            stdout = self.cli.run(argv, input_text=script)
+        return parse_sbatch_job_id(stdout)
+
+    def signal(self, job_id: str, signal: str, *, target: str = "batch") -> None:
+        """Send `signal` (e.g. "USR2") to the batch shell, the steps, or all of the job."""
+        if target not in _SIGNAL_TARGETS:
+            raise ValueError(f"target must be one of {sorted(_SIGNAL_TARGETS)}, got {target!r}")
+        # --verbose: scancel says "Invalid job id" only when verbose, and exits 0 regardless.
+        self.cli.run(
+            ["scancel", "--verbose", *_SIGNAL_TARGETS[target], f"--signal={signal}", job_id]
+        )
+
+    def requeue(self, job_id: str) -> None:
+        self.cli.run(["scontrol", "requeue", job_id])
+
+    def requeue_hold(self, job_id: str) -> None:
+        """Requeue a running job and hold it (works on running jobs only)."""
+        self.cli.run(["scontrol", "requeuehold", job_id])
+
+    def hold(self, job_id: str) -> None:
+        self.cli.run(["scontrol", "hold", job_id])
+
+    def release(self, job_id: str) -> None:
+        self.cli.run(["scontrol", "release", job_id])
+
+    def update(self, job_id: str, update: JobUpdate) -> None:
+        """Change fields of a job (most only while it is pending) with one scontrol call."""
+        self.cli.run(update_argv(job_id, update, self.tres_prefix()))
+
+    def set_admin_comment(self, job_id: str, text: str) -> None:
+        self.update(job_id, JobUpdate(admin_comment=text))
+
+    def retarget(self, job_id: str, gpu_type: str, num_gpus: int, nodes: str | None = None) -> None:
+        """Point a pending job at `num_gpus` GPUs of `gpu_type` (optionally on `nodes`).
+
+        Uses the pattern that works on Slurm 22.05: the type as a node Feature and an untyped
+        GPU count (a typed TresPerNode change is accepted there but not honoured).
+        """
+        self.update(
+            job_id,
+            JobUpdate(
+                features=gpu_type,
+                gpus_per_node=num_gpus,
+                required_nodes="" if nodes is None else nodes,
+            ),
+        )
+
+    def cancel(self, job_id: str, *, signal: str | None = None) -> None:
+        argv = ["scancel", "--verbose"]
+        if signal is not None:
+            argv.append(f"--signal={signal}")
+        self.cli.run([*argv, job_id])
+
+    def write_batch_script(self, job_id: str) -> str:
+        """The job's batch script text (`scontrol write batch_script J -`)."""
+        return self.cli.run(["scontrol", "write", "batch_script", job_id, "-"])
+
+    def version(self) -> tuple[int, int]:
+        """Slurm's (major, minor) version, e.g. (22, 5)."""
+        text = self.cli.run(["sinfo", "--version"]).split()
+        try:
+            major, minor = text[-1].split(".")[:2]
+            return int(major), int(minor)
+        except (IndexError, ValueError) as exc:
+            raise SlurmError(f"cannot read the Slurm version from {' '.join(text)!r}") from exc
+
+    def tres_prefix(self) -> str:
+        # TRES names changed from "gres:gpu" to "gres/gpu" in Slurm 23.11.
+        if self._tres_prefix is None:
+            self._tres_prefix = "gres/gpu" if self.version() >= (23, 11) else "gres:gpu"
+        return self._tres_prefix

@@ -1,0 +1,110 @@
+"""Runs Slurm's command line tools: argv lists in, stdout out, typed errors on failure.
+
+Only this module starts Slurm processes. Commands are always argv lists (never a shell
+string), so job names, comments and user input cannot inject shell syntax.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import subprocess
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from slurm_hetsched.errors import (
+    InvalidRequestError,
+    SlurmCommandError,
+    SlurmNotFoundError,
+    UnknownJobError,
+)
+
+logger = logging.getLogger(__name__)
+
+# Slurm's messages (22.05 to 26.05) that mean "no such job" or "you asked for something that
+# does not exist here"; anything else stays a plain SlurmCommandError.
+_UNKNOWN_JOB = re.compile(r"invalid job id specified|invalid job id", re.IGNORECASE)
+_INVALID_REQUEST = re.compile(
+    r"invalid generic resource|invalid gres|requested node configuration is not available|"
+    r"invalid feature specification|invalid node name|invalid partition|"
+    r"invalid trackable resource|invalid constraint|job is no longer pending|"
+    r"job is pending execution|requested operation is presently disabled|"
+    r"job is in held state",
+    re.IGNORECASE,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class SlurmCli:
+    """How to reach one Slurm cluster's command line tools.
+
+    Args:
+        slurm_conf: SLURM_CONF for every command (None: the environment's or Slurm's default).
+        timeout_s: how long one command may take before it counts as failed.
+        bin_dir: folder holding sbatch, squeue, ... (None: found on PATH).
+    """
+
+    slurm_conf: str | None = None
+    timeout_s: float = 60.0
+    bin_dir: str | None = None
+    extra_env: Mapping[str, str] = field(default_factory=dict)
+
+    def _env(self) -> dict[str, str]:
+        env = dict(os.environ)
+        env.update(self.extra_env)
+        if self.slurm_conf:
+            env["SLURM_CONF"] = self.slurm_conf
+        # Machine-readable output must not depend on the caller's squeue/sinfo format variables.
+        for name in ("SQUEUE_FORMAT", "SQUEUE_FORMAT2", "SINFO_FORMAT", "SLURM_TIME_FORMAT"):
+            env.pop(name, None)
+        return env
+
+    def run(self, argv: Sequence[str], *, input_text: str | None = None) -> str:
+        """Run one Slurm command and return its stdout.
+
+        Raises:
+            SlurmNotFoundError: the program is not installed.
+            UnknownJobError / InvalidRequestError / SlurmCommandError: it failed; the error
+                carries the argv and Slurm's stderr.
+        """
+        command = list(argv)
+        if self.bin_dir:
+            command[0] = os.path.join(self.bin_dir, command[0])
+        logger.debug("running %s", command)
+        try:
+            done = subprocess.run(
+                command,
+                input=input_text,
+                capture_output=True,
+                text=True,
+                env=self._env(),
+                timeout=self.timeout_s,
+                check=False,
+            )
+        except FileNotFoundError as exc:
+            raise SlurmNotFoundError(
+                f"{command[0]} not found: install Slurm's client tools (Debian: apt-get install "
+                "slurm-client) or, for the local dev cluster, run `hetsched devcluster up`"
+            ) from exc
+        except subprocess.TimeoutExpired as exc:
+            stderr = exc.stderr if isinstance(exc.stderr, str) else ""
+            raise SlurmCommandError(
+                command, None, f"{stderr} (no answer within {self.timeout_s:g} s; is slurmctld up?)"
+            ) from exc
+        if done.returncode != 0 or _reports_failure(command, done.stderr):
+            raise _command_error(command, done.returncode, done.stderr or done.stdout)
+        return done.stdout
+
+
+def _reports_failure(command: Sequence[str], stderr: str) -> bool:
+    # scancel exits 0 even when the job id is unknown; with --verbose it says so on stderr.
+    return os.path.basename(command[0]) == "scancel" and "error:" in stderr.lower()
+
+
+def _command_error(command: Sequence[str], returncode: int, stderr: str) -> SlurmCommandError:
+    if _UNKNOWN_JOB.search(stderr):
+        return UnknownJobError(command, returncode, stderr)
+    if _INVALID_REQUEST.search(stderr):
+        return InvalidRequestError(command, returncode, stderr)
+    return SlurmCommandError(command, returncode, stderr)
