@@ -11,9 +11,14 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Protocol
 
-from slurm_hetsched.errors import SlurmError, UnknownJobError
+from slurm_hetsched.errors import SlurmCommandError, UnknownJobError
 from slurm_hetsched.slurm.cli import SlurmCli
-from slurm_hetsched.slurm.parse import parse_jobs, parse_nodes, parse_sbatch_job_id
+from slurm_hetsched.slurm.parse import (
+    parse_jobs,
+    parse_nodes,
+    parse_sbatch_job_id,
+    parse_version,
+)
 from slurm_hetsched.slurm.records import JobOptions, JobUpdate, SlurmJob, SlurmNode
 
 logger = logging.getLogger(__name__)
@@ -32,6 +37,7 @@ class SlurmBackend(Protocol):
         components: Sequence[JobOptions],
         *,
         uid: int | str | None = None,
+        gid: int | str | None = None,
     ) -> str: ...
 
     def signal(self, job_id: str, signal: str, *, target: str = "batch") -> None: ...
@@ -63,6 +69,7 @@ def sbatch_argv(
     script_path: str | None,
     *,
     uid: int | str | None = None,
+    gid: int | str | None = None,
 ) -> list[str]:
     """The sbatch argv for a job; several components make a heterogeneous job.
 
@@ -74,6 +81,8 @@ def sbatch_argv(
     argv = ["sbatch", "--parsable"]
     if uid is not None:
         argv.append(f"--uid={uid}")
+    if gid is not None:
+        argv.append(f"--gid={gid}")
     for index, options in enumerate(components):
         if index:
             argv.append(":")
@@ -111,13 +120,15 @@ def _options_argv(options: JobOptions) -> list[str]:
     if options.open_mode_append:
         argv.append("--open-mode=append")
     if options.export is not None:
-        argv.append("--export=" + _export_value(options.export))
+        argv.append("--export=" + _export_value(options.export, options.export_all))
     argv += [f"--{name}={value}" for name, value in options.extra]
     return argv
 
 
-def _export_value(variables: Mapping[str, str]) -> str:
-    parts = ["ALL"]
+def _export_value(variables: Mapping[str, str], export_all: bool) -> str:
+    if not variables and not export_all:
+        return "NONE"
+    parts = ["ALL"] if export_all else []
     for name, value in variables.items():
         # sbatch splits --export on commas; refuse values it would misread.
         if not str(name).replace("_", "").isalnum() or "," in str(value):
@@ -130,13 +141,17 @@ def _str(value: int | None) -> str | None:
     return None if value is None else str(value)
 
 
-def update_argv(job_id: str, update: JobUpdate, tres_prefix: str = "gres:gpu") -> list[str]:
-    """One `scontrol update` argv; each Key=value is its own element (no shell quoting)."""
+def update_argv(job_id: str, update: JobUpdate) -> list[str]:
+    """One `scontrol update` argv; each Key=value is its own element (no shell quoting).
+
+    The GPU count is written as `gres:gpu:N`: Slurm 26.05 reads both spellings, while 22.05
+    accepts `gres/gpu:N` silently but then gives the job a single GPU.
+    """
     fields: list[tuple[str, str | None]] = [
         ("Features", update.features),
         (
             "TresPerNode",
-            None if update.gpus_per_node is None else f"{tres_prefix}:{update.gpus_per_node}",
+            None if update.gpus_per_node is None else f"gres:gpu:{update.gpus_per_node}",
         ),
         ("ReqNodeList", update.required_nodes),
         ("ExcNodeList", update.excluded_nodes),
@@ -157,7 +172,7 @@ class CliSlurmBackend:
 
     def __init__(self, cli: SlurmCli | None = None) -> None:
         self.cli = cli or SlurmCli()
-        self._tres_prefix: str | None = None
+        self._version: tuple[int, int] | None = None
 
     def list_jobs(self, job_ids: Sequence[str] | None = None) -> list[SlurmJob]:
         """Every job slurmctld knows (finished ones until MinJobAge), or just `job_ids`.
@@ -165,7 +180,8 @@ class CliSlurmBackend:
         Raises:
             UnknownJobError: when one of `job_ids` is unknown.
         """
-        argv = ["squeue", "--json"]
+        # --states=all: finished jobs too (22.05 prints them anyway, 26.05 only when asked).
+        argv = ["squeue", "--json", "--states=all"]
         if job_ids is not None:
             if not job_ids:
                 return []
@@ -188,6 +204,15 @@ class CliSlurmBackend:
         return jobs[0]
 
     def list_nodes(self) -> list[SlurmNode]:
+        """Every node with its GPUs per type, GPUs in use, features, partitions and state."""
+        if self.version() >= (23, 2):
+            # One record per node; newer `sinfo --json` groups nodes by partition and state.
+            try:
+                return parse_nodes(
+                    self.cli.run(["scontrol", "show", "nodes", "--json"]), "scontrol show nodes"
+                )
+            except SlurmCommandError as exc:
+                logger.debug("scontrol show nodes --json failed, using sinfo: %s", exc)
         return parse_nodes(self.cli.run(["sinfo", "--json"]))
 
     def submit(
@@ -196,21 +221,25 @@ class CliSlurmBackend:
         components: Sequence[JobOptions],
         *,
         uid: int | str | None = None,
+        gid: int | str | None = None,
     ) -> str:
         """Submit a batch job; returns its id (the leader's for a heterogeneous job).
 
         Args:
             script: a path to the script, or the script text itself (sent on stdin).
             components: one JobOptions per component; two or more make a heterogeneous job.
-            uid: submit as this user (root only), e.g. to re-submit a user's job.
+            uid: submit as this user (root only), e.g. to re-submit a user's job. Pass `gid`
+                too and `JobOptions(export=..., export_all=False)`: with --uid alone the job
+                keeps root's group and root's environment.
+            gid: the group to submit as (with `uid`).
         """
         if isinstance(script, Path):
-            argv = sbatch_argv(components, str(script), uid=uid)
+            argv = sbatch_argv(components, str(script), uid=uid, gid=gid)
             stdout = self.cli.run(argv)
         else:
             if not script.startswith("#!"):
                 raise ValueError("a batch script must start with '#!' (e.g. #!/bin/bash)")
-            argv = sbatch_argv(components, None, uid=uid)
+            argv = sbatch_argv(components, None, uid=uid, gid=gid)
             stdout = self.cli.run(argv, input_text=script)
         return parse_sbatch_job_id(stdout)
 
@@ -238,7 +267,7 @@ class CliSlurmBackend:
 
     def update(self, job_id: str, update: JobUpdate) -> None:
         """Change fields of a job (most only while it is pending) with one scontrol call."""
-        self.cli.run(update_argv(job_id, update, self.tres_prefix()))
+        self.cli.run(update_argv(job_id, update))
 
     def set_admin_comment(self, job_id: str, text: str) -> None:
         self.update(job_id, JobUpdate(admin_comment=text))
@@ -269,16 +298,7 @@ class CliSlurmBackend:
         return self.cli.run(["scontrol", "write", "batch_script", job_id, "-"])
 
     def version(self) -> tuple[int, int]:
-        """Slurm's (major, minor) version, e.g. (22, 5)."""
-        text = self.cli.run(["sinfo", "--version"]).split()
-        try:
-            major, minor = text[-1].split(".")[:2]
-            return int(major), int(minor)
-        except (IndexError, ValueError) as exc:
-            raise SlurmError(f"cannot read the Slurm version from {' '.join(text)!r}") from exc
-
-    def tres_prefix(self) -> str:
-        # TRES names changed from "gres:gpu" to "gres/gpu" in Slurm 23.11.
-        if self._tres_prefix is None:
-            self._tres_prefix = "gres/gpu" if self.version() >= (23, 11) else "gres:gpu"
-        return self._tres_prefix
+        """Slurm's (major, minor) version, e.g. (22, 5); asked once, then remembered."""
+        if self._version is None:
+            self._version = parse_version(self.cli.run(["sinfo", "--version"]))
+        return self._version

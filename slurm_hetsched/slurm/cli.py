@@ -93,7 +93,7 @@ class SlurmCli:
                 command, None, f"{stderr} (no answer within {self.timeout_s:g} s; is slurmctld up?)"
             ) from exc
         if done.returncode != 0 or _reports_failure(command, done.stderr):
-            raise _command_error(command, done.returncode, done.stderr or done.stdout)
+            raise classify_failure(command, done.returncode, done.stderr or done.stdout)
         return done.stdout
 
 
@@ -102,7 +102,8 @@ def _reports_failure(command: Sequence[str], stderr: str) -> bool:
     return os.path.basename(command[0]) == "scancel" and "error:" in stderr.lower()
 
 
-def _command_error(command: Sequence[str], returncode: int, stderr: str) -> SlurmCommandError:
+def classify_failure(command: Sequence[str], returncode: int, stderr: str) -> SlurmCommandError:
+    """The typed error for a failed command, from what Slurm printed."""
     if _UNKNOWN_JOB.search(stderr):
         return UnknownJobError(command, returncode, stderr)
     if _INVALID_REQUEST.search(stderr):

@@ -10,6 +10,7 @@ here, in one place, so the rest of the code sees one record type per object:
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 from collections.abc import Mapping
@@ -220,11 +221,52 @@ def parse_node(raw: Mapping[str, Any]) -> SlurmNode:
 
 
 def parse_nodes(text: str, what: str = "sinfo --json") -> list[SlurmNode]:
+    """Nodes from `sinfo --json` (22.05: a "nodes" list), `scontrol show nodes --json`
+    (23.02 on: a "nodes" list), or `sinfo --json` of 23.x on (an "sinfo" list of node groups,
+    one per partition and state, flattened here to one record per node)."""
     data = load_json(text, what)
     nodes = data.get("nodes")
-    if not isinstance(nodes, list):
-        raise SlurmParseError(f"{what}: no 'nodes' list in the output (keys: {sorted(data)})")
-    return [parse_node(node) for node in nodes]
+    if isinstance(nodes, list):
+        return [parse_node(node) for node in nodes]
+    groups = data.get("sinfo")
+    if isinstance(groups, list):
+        return _nodes_from_sinfo_groups(groups)
+    raise SlurmParseError(
+        f"{what}: no 'nodes' or 'sinfo' list in the output (keys: {sorted(data)})"
+    )
+
+
+def _nodes_from_sinfo_groups(groups: list[Mapping[str, Any]]) -> list[SlurmNode]:
+    by_name: dict[str, SlurmNode] = {}
+    for group in groups:
+        names = (group.get("nodes") or {}).get("nodes") or []
+        gres = group.get("gres") or {}
+        features = group.get("features") or {}
+        partition = _text((group.get("partition") or {}).get("name"))
+        for name in names:
+            if name in by_name:
+                # The same node in another partition's group: only the partition is new.
+                known = by_name[name]
+                if partition and partition not in known.partitions:
+                    by_name[name] = dataclasses.replace(
+                        known, partitions=(*known.partitions, partition)
+                    )
+                continue
+            by_name[name] = parse_node(
+                {
+                    "name": name,
+                    "state": (group.get("node") or {}).get("state"),
+                    "gres": gres.get("total"),
+                    "gres_used": gres.get("used"),
+                    "features": features.get("total"),
+                    "active_features": features.get("active"),
+                    "partitions": [partition] if partition else [],
+                    "reason": (group.get("reason") or {}).get("description"),
+                    "cpus": (group.get("cpus") or {}).get("total"),
+                    "alloc_cpus": (group.get("cpus") or {}).get("allocated"),
+                }
+            )
+    return list(by_name.values())
 
 
 _SBATCH_ID = re.compile(r"^\s*(?:Submitted batch job\s+)?(?P<id>\d+)(?:;[\w.-]+)?\s*$")
@@ -239,3 +281,11 @@ def parse_sbatch_job_id(stdout: str) -> str:
             f"sbatch output not understood: {stdout.strip()!r}; expected '<job id>[;<cluster>]'"
         )
     return match["id"]
+
+
+def parse_version(text: str) -> tuple[int, int]:
+    """(major, minor) from `sinfo --version` ('slurm-wlm 22.05.8' or 'slurm 26.05.5')."""
+    match = re.search(r"(\d+)\.(\d+)(?:\.\d+)?", text)
+    if match is None:
+        raise SlurmParseError(f"cannot read the Slurm version from {text.strip()!r}")
+    return int(match[1]), int(match[2])

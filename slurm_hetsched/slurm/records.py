@@ -175,6 +175,9 @@ class JobOptions:
     open_mode_append: bool = False
     signal: str | None = None
     export: Mapping[str, str] | None = None
+    # With export set: True passes the submitter's whole environment plus `export`
+    # (--export=ALL,...); False passes only `export` (and Slurm's own variables).
+    export_all: bool = True
     extra: tuple[tuple[str, str], ...] = ()
 
 

@@ -269,3 +269,15 @@ def test_updating_a_running_job_type_is_refused(
     read_when(log, "start node=n3")
     with pytest.raises(InvalidRequestError):
         backend.update(job_id, JobUpdate(features="v100"))
+
+
+def test_export_passes_only_the_given_variables(
+    submit: Submitter, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # What a re-submission needs: the job key, not the submitter's (root's) environment.
+    monkeypatch.setenv("SUBMITTER_ONLY", "leaked")
+    script = "#!/bin/bash\necho \"key=$HETSCHED_JOB_KEY other=${SUBMITTER_ONLY:-unset}\"\n"
+    job_id = submit(script, JobOptions(gpus=GpuRequest(1), constraint="k80",
+                                       export={"HETSCHED_JOB_KEY": "key-42"}, export_all=False))
+    text = read_when(tmp_path / f"slurm-{job_id}.out", "key=")
+    assert "key=key-42 other=unset" in text

@@ -56,6 +56,12 @@ def test_heterogeneous_components_are_separated_by_a_colon_argument() -> None:
     ]
 
 
+def test_export_of_only_the_given_variables() -> None:
+    only = JobOptions(export={"HETSCHED_JOB_KEY": "7"}, export_all=False)
+    assert sbatch_argv([only], None)[-1] == "--export=HETSCHED_JOB_KEY=7"
+    assert sbatch_argv([JobOptions(export={}, export_all=False)], None)[-1] == "--export=NONE"
+
+
 def test_export_refuses_values_sbatch_would_split() -> None:
     with pytest.raises(ValueError, match="cannot export"):
         sbatch_argv([JobOptions(export={"KEY": "a,b"})], None)
@@ -79,7 +85,6 @@ def test_update_argv_keeps_each_assignment_one_element() -> None:
         "ReqNodeList=n1",
         "AdminComment=hetsched r=3 v100x2@n1 moved:faster-on-v100",
     ]
-    assert update_argv("17", JobUpdate(gpus_per_node=4), "gres/gpu")[-1] == "TresPerNode=gres/gpu:4"
     assert update_argv("17", JobUpdate(required_nodes="", start_now=True))[3:] == [
         "ReqNodeList=",
         "StartTime=now",

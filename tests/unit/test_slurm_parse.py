@@ -1,0 +1,225 @@
+"""Parsing Slurm's JSON, replayed from output recorded on the real clusters (tests/golden/):
+Slurm 22.05.8 (the dev cluster) and 26.05.5 (a Debian sid chroot), same scenario on both."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from slurm_hetsched.errors import (
+    InvalidRequestError,
+    SlurmCommandError,
+    SlurmParseError,
+    UnknownJobError,
+)
+from slurm_hetsched.slurm.cli import classify_failure
+from slurm_hetsched.slurm.parse import (
+    parse_gpu_request,
+    parse_gres_counts,
+    parse_jobs,
+    parse_nodes,
+    parse_sbatch_job_id,
+    parse_version,
+    split_gres,
+)
+from slurm_hetsched.slurm.records import GpuRequest, JobState, SlurmJob
+
+GOLDEN = Path(__file__).resolve().parents[1] / "golden"
+VERSIONS = ["22.05", "26.05"]
+SPEC = "hetsched:class=ResNet-50 (batch size 64);steps=20000;weight=1"
+
+
+def recorded(version: str, name: str) -> str:
+    return (GOLDEN / f"slurm-{version}" / name).read_text()
+
+
+def scenario(version: str) -> dict[str, list[SlurmJob]]:
+    """Jobs of the recorded scenario by their letter (A..G, see record_scenario.sh)."""
+    ids = dict(line.split("=") for line in recorded(version, "jobs.txt").split())
+    jobs = parse_jobs(recorded(version, "squeue_all.json"))
+    by_letter: dict[str, list[SlurmJob]] = {}
+    for letter, job_id in ids.items():
+        by_letter[letter] = [j for j in jobs if j.job_id == job_id or j.het_job_id == job_id]
+    return by_letter
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_running_typed_job_with_comment_and_admin_comment(version: str) -> None:
+    (job,) = scenario(version)["A"]
+    assert (job.name, job.state, job.nodes, job.user, job.partition) == (
+        "typed-v100",
+        JobState.RUNNING,
+        "n1",
+        "root",
+        "gpu",
+    )
+    assert job.gpus_per_node == GpuRequest(2, "v100")
+    assert job.comment == SPEC
+    assert job.admin_comment == "hetsched r=1 v100x2@n1 share=v100:1.00 prio=1.0"
+    assert job.requeue and job.restart_count == 0
+    assert job.gres_detail == ("gpu:v100:2(IDX:0-1)",)
+    assert job.submit_time and job.start_time and job.start_time >= job.submit_time
+    assert not job.held and not job.is_het_component
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_untyped_request_with_constraint(version: str) -> None:
+    (job,) = scenario(version)["B"]
+    assert job.gpus_per_node == GpuRequest(1, None)
+    assert (job.features, job.nodes, job.state) == ("p100", "n2", JobState.RUNNING)
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_held_pending_job_with_required_and_excluded_nodes(version: str) -> None:
+    (job,) = scenario(version)["C"]
+    assert job.state is JobState.PENDING and job.held
+    assert (job.reason, job.priority, job.start_time is None or job.start_time > 0) == (
+        "JobHeldUser",
+        0,
+        True,
+    )
+    assert (job.features, job.required_nodes, job.excluded_nodes) == ("k80", "n3", "n1")
+    assert job.gpus_per_node == GpuRequest(2, None)
+    assert job.nodes == ""
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_heterogeneous_job_components(version: str) -> None:
+    components = sorted(scenario(version)["D"], key=lambda j: j.het_job_offset or 0)
+    leader = components[0].job_id
+    assert [c.slurm_id for c in components] == [f"{leader}+0", f"{leader}+1"]
+    assert all(c.het_job_id == leader and c.is_het_component for c in components)
+    assert [c.nodes for c in components] == ["n2", "n3"]
+    assert [c.gpus_per_node for c in components] == [GpuRequest(1, "p100"), GpuRequest(2, "k80")]
+    assert [c.required_nodes for c in components] == ["n2", "n3"]
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_finished_requeued_and_cancelled_jobs(version: str) -> None:
+    jobs = scenario(version)
+    (done,) = jobs["E"]
+    (requeued,) = jobs["F"]
+    (cancelled,) = jobs["G"]
+    assert done.state is JobState.COMPLETED and not done.state.is_active
+    assert (requeued.state, requeued.restart_count, requeued.nodes) == (JobState.RUNNING, 1, "n3")
+    assert cancelled.state is JobState.CANCELLED
+
+
+# `scontrol show nodes --json` does not exist in 22.05; 26.05's sinfo groups nodes.
+@pytest.mark.parametrize(
+    ("version", "source"),
+    [("22.05", "sinfo.json"), ("26.05", "sinfo.json"), ("26.05", "scontrol_nodes.json")],
+)
+def test_nodes_with_gpu_types_use_and_features(version: str, source: str) -> None:
+    nodes = {n.name: n for n in parse_nodes(recorded(version, source))}
+    assert {name: dict(n.gpus) for name, n in nodes.items()} == {
+        "n1": {"v100": 2},
+        "n2": {"p100": 2},
+        "n3": {"k80": 4},
+    }
+    # A (2 x v100) on n1; B (1) and D+0 (1) on n2; D+1 (2) and F (1) on n3.
+    assert {name: dict(n.gpus_used) for name, n in nodes.items()} == {
+        "n1": {"v100": 2},
+        "n2": {"p100": 2},
+        "n3": {"k80": 3},
+    }
+    assert {name: n.features for name, n in nodes.items()} == {
+        "n1": ("v100",),
+        "n2": ("p100",),
+        "n3": ("k80",),
+    }
+    assert all(n.partitions == ("gpu",) and n.available for n in nodes.values())
+    assert nodes["n3"].gpus_free == {"k80": 1}
+
+
+def test_version_strings() -> None:
+    assert parse_version(recorded("22.05", "version.txt")) == (22, 5)
+    assert parse_version(recorded("26.05", "version.txt")) == (26, 5)
+    with pytest.raises(SlurmParseError):
+        parse_version("no digits here")
+
+
+def test_job_state_list_of_26_05_keeps_flags() -> None:
+    (job,) = parse_jobs('{"jobs": [{"job_id": 5, "job_state": ["PENDING", "REQUEUED"]}]}')
+    assert (job.state, job.state_flags) == (JobState.PENDING, ("REQUEUED",))
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("gres:gpu:k80:4", GpuRequest(4, "k80")),
+        ("gres/gpu:v100:1", GpuRequest(1, "v100")),
+        ("gres:gpu:2", GpuRequest(2)),
+        ("gres/gpu:2", GpuRequest(2)),
+        ("gres/gpu=3", GpuRequest(3)),
+        ("gres/shard:1,gres/gpu:a100:2", GpuRequest(2, "a100")),
+        ("", None),
+        ("gres:shard:1", None),
+    ],
+)
+def test_gpu_requests_in_both_tres_spellings(text: str, expected: GpuRequest | None) -> None:
+    assert parse_gpu_request(text) == expected
+
+
+def test_gres_strings_with_indices_and_several_types() -> None:
+    assert split_gres("gpu:a100:2(IDX:0,2),gpu:t4:1(IDX:3)") == [
+        "gpu:a100:2(IDX:0,2)",
+        "gpu:t4:1(IDX:3)",
+    ]
+    assert parse_gres_counts("gpu:a100:2(IDX:0,2),gpu:t4:1(IDX:3)") == {"a100": 2, "t4": 1}
+    assert parse_gres_counts("gpu:v100:0(IDX:N/A)") == {"v100": 0}
+    assert parse_gres_counts("gpu:4(S:0-1),shard:8") == {"": 4}
+    assert parse_gres_counts("(null)") == {}
+
+
+def test_malformed_output_gives_a_parse_error_that_says_what_to_do() -> None:
+    with pytest.raises(SlurmParseError, match="did not print JSON.*serializer/json"):
+        parse_jobs("squeue: error: unrecognized option '--json'")
+    with pytest.raises(SlurmParseError, match="no 'jobs' list"):
+        parse_jobs('{"nodes": []}')
+    with pytest.raises(SlurmParseError, match="reported errors"):
+        parse_nodes('{"errors": [{"error": "boom"}], "nodes": []}')
+    with pytest.raises(SlurmParseError, match="without a job_id"):
+        parse_jobs('{"jobs": [{"name": "x"}]}')
+
+
+def test_sbatch_ids() -> None:
+    assert parse_sbatch_job_id("42\n") == "42"
+    assert parse_sbatch_job_id("42;cluster\n") == "42"
+    assert parse_sbatch_job_id("Submitted batch job 7\n") == "7"
+    with pytest.raises(SlurmParseError, match="sbatch output not understood"):
+        parse_sbatch_job_id("sbatch: error: nope")
+
+
+def recorded_errors(version: str) -> dict[str, tuple[list[str], int, str]]:
+    cases = {}
+    for block in recorded(version, "errors.txt").split("=== case: ")[1:]:
+        name, rest = block.split("\n", 1)
+        argv = rest.split("argv: ", 1)[1].split("\n", 1)[0].split()
+        returncode = int(rest.split("rc: ", 1)[1].split("\n", 1)[0])
+        stderr = rest.split("--- stderr ---\n", 1)[1].split("--- stdout ---", 1)[0]
+        cases[name.strip()] = (argv, returncode, stderr)
+    return cases
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+@pytest.mark.parametrize(
+    ("case", "error"),
+    [
+        ("update-unknown-job", UnknownJobError),
+        ("sbatch-unknown-gpu-type", InvalidRequestError),
+        ("sbatch-too-many-gpus", InvalidRequestError),
+        ("requeue-pending-job", InvalidRequestError),
+        ("update-features-running", InvalidRequestError),
+    ],
+)
+def test_recorded_failures_map_to_typed_errors(
+    version: str, case: str, error: type[SlurmCommandError]
+) -> None:
+    argv, returncode, stderr = recorded_errors(version)[case]
+    assert returncode != 0
+    failure = classify_failure(argv, returncode, stderr)
+    assert type(failure) is error
+    assert failure.argv == tuple(argv) and failure.stderr == stderr.strip()
+    assert stderr.strip() in str(failure)
