@@ -17,7 +17,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
-        if "integration" in item.path.parts:
+        if {"integration", "e2e"} & set(item.path.parts):
             item.add_marker(pytest.mark.slurm)
 
 
