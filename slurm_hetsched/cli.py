@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import shlex
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -68,7 +69,7 @@ def _run_devcluster(args: argparse.Namespace) -> int:
     elif args.action == "status":
         print(cluster.status())
     elif args.action == "env":
-        print(f"export SLURM_CONF={cluster.slurm_conf}")
+        print(f"export SLURM_CONF={shlex.quote(str(cluster.slurm_conf))}")
     return 0
 
 
