@@ -4,8 +4,10 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 HETSCHED := $(BIN)/hetsched
 PYTEST_ARGS ?=
+# The SPANK plugin, registered in the dev cluster by `up`, `test` and `demo` (docs/spank.md).
+SPANK_SO := spank/hetsched_spank.so
 
-.PHONY: setup test unit demo up down status lint clean
+.PHONY: setup test unit demo up down status lint clean spank
 
 setup: $(VENV)/.installed
 
@@ -17,9 +19,16 @@ $(VENV)/.installed: pyproject.toml
 	$(BIN)/pip install --quiet -e '.[torch,test]'
 	touch $@
 
+spank: $(SPANK_SO)
+
+# Slurm's headers come with the dev cluster's packages, so install those first.
+$(SPANK_SO): spank/hetsched_spank.c spank/Makefile | setup
+	$(HETSCHED) devcluster install
+	$(MAKE) -C spank
+
 # The whole suite: brings the dev cluster up, runs unit and integration tests, and stops it again.
-test: setup
-	$(HETSCHED) devcluster up
+test: setup $(SPANK_SO)
+	$(HETSCHED) devcluster up --spank $(SPANK_SO)
 	CI=$${CI:-}; status=0; \
 	eval "$$($(HETSCHED) devcluster env)"; \
 	$(BIN)/python -m pytest $(PYTEST_ARGS) || status=$$?; \
@@ -29,12 +38,12 @@ test: setup
 unit: setup
 	$(BIN)/python -m pytest -m "not slurm" $(PYTEST_ARGS)
 
-demo: setup
-	$(HETSCHED) devcluster up
+demo: setup $(SPANK_SO)
+	$(HETSCHED) devcluster up --spank $(SPANK_SO)
 	eval "$$($(HETSCHED) devcluster env)"; $(BIN)/python examples/placement_demo.py
 
-up: setup
-	$(HETSCHED) devcluster up
+up: setup $(SPANK_SO)
+	$(HETSCHED) devcluster up --spank $(SPANK_SO)
 
 down: setup
 	$(HETSCHED) devcluster down
@@ -49,3 +58,4 @@ lint: setup
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info
+	$(MAKE) -C spank clean

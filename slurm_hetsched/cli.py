@@ -44,7 +44,20 @@ def _add_devcluster(sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "system temp dir",
     )
     actions = p.add_subparsers(dest="action", required=True, metavar="ACTION")
-    actions.add_parser("up", help="install if needed, start, wait until every node is idle")
+    up = actions.add_parser("up", help="install if needed, start, wait until every node is idle")
+    up.add_argument(
+        "--spank",
+        action="append",
+        type=Path,
+        metavar="PATH",
+        help="register this SPANK plugin .so as `optional` in etc/plugstack.conf (repeatable; "
+        "the list replaces the registered one; build ours with `make -C spank`). On a running "
+        "cluster new jobs get it at once",
+    )
+    actions.add_parser(
+        "install",
+        help="only install Slurm, its headers and munge from Debian's packages if missing",
+    )
     actions.add_parser("down", help="cancel all jobs and stop the daemons this tool started")
     actions.add_parser("status", help="print nodes, GPU types and jobs")
     actions.add_parser("env", help="print `export SLURM_CONF=...` for this cluster (for eval)")
@@ -63,7 +76,9 @@ def _run_devcluster(args: argparse.Namespace) -> int:
     )
     cluster = DevCluster(config, folder.resolve())
     if args.action == "up":
-        print(cluster.up())
+        print(cluster.up(spank_plugins=args.spank))
+    elif args.action == "install":
+        print(cluster.install())
     elif args.action == "down":
         print(cluster.down())
     elif args.action == "status":

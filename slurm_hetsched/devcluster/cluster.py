@@ -71,24 +71,33 @@ class DevCluster:
         return len(self.running_daemons()) == 1 + len(self.config.nodes)
 
     # --- up --------------------------------------------------------------------------------
-    def up(self) -> str:
+    def up(self, spank_plugins: Sequence[Path] | None = None) -> str:
         """Install if needed, start what is not running, wait until every node is idle.
+
+        Args:
+            spank_plugins: SPANK plugin .so files to register (as `optional`) in
+                etc/plugstack.conf, replacing the ones listed there. None keeps the file as it
+                is (an empty one on the first start). When the list changes on a running
+                cluster, `scontrol reconfigure` makes new job steps load it, and the slurmds
+                are restarted so their job prolog runs it too (running jobs go on).
 
         Returns a report: the cluster's nodes and how to reach it. Idempotent.
 
         Raises:
-            DevClusterError: not root, a port taken, a daemon that does not start (with the
-                tail of its log), or nodes that never become idle.
+            DevClusterError: not root, a plugin that does not exist, a port taken, a daemon
+                that does not start (with the tail of its log), or nodes that never become idle.
         """
-        if os.geteuid() != 0:
-            raise DevClusterError(
-                "the dev cluster runs Slurm's daemons as root: run `sudo hetsched devcluster up` "
-                "(or as root in a container or VM)"
-            )
+        _require_root()
+        plugins = None if spank_plugins is None else resolve_spank_plugins(spank_plugins)
         running = self.running_daemons()
         if len(running) == 1 + len(self.config.nodes):
             self._check_same_layout()
-            return "dev cluster already running\n" + self.status()
+            report = "dev cluster already running"
+            if plugins is not None and self._write_plugstack(plugins):
+                report += "\n" + self._reload_plugins(running, plugins)
+            elif plugins is not None:
+                report += "\n" + _plugins_line(plugins) + " (unchanged)"
+            return report + "\n" + self.status()
         if running:
             self._check_same_layout()
         started = time.monotonic()
@@ -97,13 +106,22 @@ class DevCluster:
         install.ensure_munged(self.paths.munged_started)
         if "slurmctld" not in running:
             self._write_files()
+        changed = plugins is not None and self._write_plugstack(plugins)
         self._start_daemons(running)
         self._wait_ready()
-        return (
-            f"dev cluster up in {time.monotonic() - started:.1f} s ({self.paths.root})\n"
-            + self.status()
-            + f"\nuse it with: export SLURM_CONF={self.slurm_conf}"
-        )
+        report = f"dev cluster up in {time.monotonic() - started:.1f} s ({self.paths.root})\n"
+        if changed and running:
+            report += self._reload_plugins(running, plugins or ()) + "\n"
+        elif plugins:
+            report += _plugins_line(plugins) + "\n"
+        return report + self.status() + f"\nuse it with: export SLURM_CONF={self.slurm_conf}"
+
+    def install(self) -> str:
+        """Install Slurm, its headers (for the SPANK plugin) and munge when missing."""
+        _require_root()
+        if install.ensure_installed():
+            return "installed " + " ".join(install.DEBIAN_PACKAGES)
+        return "Slurm and munge are installed"
 
     def _check_same_layout(self) -> None:
         wanted = render_slurm_conf(self.config, self.paths, _controller_host())
@@ -150,6 +168,52 @@ class DevCluster:
         if not paths.plugstack_conf.exists():
             paths.plugstack_conf.write_text(render_plugstack_conf([]))
 
+    def _write_plugstack(self, plugins: Sequence[Path]) -> bool:
+        """Write etc/plugstack.conf listing `plugins`; returns whether its text changed."""
+        text = render_plugstack_conf(plugins)
+        target = self.paths.plugstack_conf
+        try:
+            if target.read_text() == text:
+                return False
+        except OSError:
+            pass
+        target.parent.mkdir(parents=True, exist_ok=True)
+        # Atomic: every sbatch and job step reads this file, possibly right now.
+        partial = target.with_name(target.name + ".new")
+        partial.write_text(text)
+        os.replace(partial, target)
+        return True
+
+    def _reload_plugins(self, running: dict[str, int], plugins: Sequence[Path]) -> str:
+        """Make daemons that were already running load the plugstack.conf just written.
+
+        Each job step's slurmstepd and each sbatch read plugstack.conf afresh, but a Slurm
+        22.05 slurmd decides when it starts whether any plugin has a job prolog, and
+        `scontrol reconfigure` does not change that: the slurmds that ran before are
+        restarted (their job steps keep running), then the cluster is reconfigured. In that
+        order, since a slurmd still busy with a reconfigure can take seconds to stop.
+        """
+        restarted = []
+        for node in self.config.nodes:
+            pid = running.get(f"slurmd {node.name}")
+            if pid is None or self.slurmd_pid(node.name) != pid:
+                continue  # started just now: it read the new plugstack.conf already
+            processes.stop([pid])
+            self._start_slurmd(node.name)
+            restarted.append(node.name)
+        if restarted:
+            self._wait_ready()
+        try:
+            self.backend.reconfigure()
+        except SlurmError as exc:
+            raise DevClusterError(
+                f"{self.paths.plugstack_conf} rewritten, but reconfigure failed: {exc}"
+            ) from exc
+        detail = "scontrol reconfigure"
+        if restarted:
+            detail = "restarted slurmd " + ", ".join(restarted) + ", " + detail
+        return f"{_plugins_line(plugins)} ({detail})"
+
     def _start_daemons(self, running: dict[str, int]) -> None:
         conf = str(self.slurm_conf)
         if "slurmctld" not in running:
@@ -162,12 +226,15 @@ class DevCluster:
             )
         for node in self.config.nodes:
             if f"slurmd {node.name}" not in running:
-                self._start(
-                    f"slurmd {node.name}",
-                    ["slurmd", "-f", conf, "-N", node.name],
-                    self.paths.slurmd_log(node.name),
-                    functools.partial(self.slurmd_pid, node.name),
-                )
+                self._start_slurmd(node.name)
+
+    def _start_slurmd(self, node: str) -> None:
+        self._start(
+            f"slurmd {node}",
+            ["slurmd", "-f", str(self.slurm_conf), "-N", node],
+            self.paths.slurmd_log(node),
+            functools.partial(self.slurmd_pid, node),
+        )
 
     def _start(
         self, what: str, argv: list[str], log: Path, pid_of: Callable[[], int | None]
@@ -275,6 +342,46 @@ class DevCluster:
         except SlurmError as exc:
             return f"dev cluster in {self.paths.root} does not answer: {exc}"
         return format_nodes(nodes) + "\n\n" + format_jobs(jobs)
+
+
+def _require_root() -> None:
+    if os.geteuid() != 0:
+        raise DevClusterError(
+            "the dev cluster runs Slurm's daemons as root: run `sudo hetsched devcluster up` "
+            "(or as root in a container or VM)"
+        )
+
+
+def resolve_spank_plugins(plugins: Sequence[Path]) -> tuple[Path, ...]:
+    """Absolute paths of SPANK plugins to register, each checked to exist; duplicates dropped.
+
+    Relative paths are taken from the working directory.
+
+    Raises:
+        DevClusterError: a plugin file is missing (with how to build ours), or its path cannot
+            be written into plugstack.conf.
+    """
+    found: list[Path] = []
+    for plugin in plugins:
+        path = Path(os.path.abspath(plugin))
+        if not path.is_file():
+            raise DevClusterError(
+                f"SPANK plugin {path} not found: build it first with `make -C spank` "
+                "(needs gcc and Slurm's headers, Debian: libslurm-dev)"
+            )
+        if path not in found:
+            found.append(path)
+    try:
+        render_plugstack_conf(found)
+    except ValueError as exc:
+        raise DevClusterError(str(exc)) from exc
+    return tuple(found)
+
+
+def _plugins_line(plugins: Sequence[Path]) -> str:
+    if not plugins:
+        return "SPANK plugins: none registered"
+    return "SPANK plugins (optional): " + ", ".join(str(p) for p in plugins)
 
 
 def _controller_host() -> str:

@@ -28,8 +28,16 @@ def which(program: str) -> str | None:
     return shutil.which(program, path=path)
 
 
+# Header of the SPANK API, to build spank/hetsched_spank.c.
+SPANK_HEADER = Path("/usr/include/slurm/spank.h")
+
+
 def missing_programs() -> list[str]:
-    return [program for program in REQUIRED_PROGRAMS if which(program) is None]
+    """Required programs (and the SPANK header) that are not installed."""
+    missing = [program for program in REQUIRED_PROGRAMS if which(program) is None]
+    if not SPANK_HEADER.exists():
+        missing.append(str(SPANK_HEADER))
+    return missing
 
 
 def ensure_installed() -> bool:

@@ -7,6 +7,7 @@ Debian 12; see docs/devcluster.md.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -164,10 +165,27 @@ def render_gres_conf(config: DevClusterConfig, paths: ClusterPaths) -> str:
     return "\n".join(lines) + "\n"
 
 
-def render_plugstack_conf(spank_plugins: list[Path]) -> str:
-    """plugstack.conf; plugins are `optional`, since a failing required one can drain a node."""
+def render_plugstack_conf(spank_plugins: Sequence[Path]) -> str:
+    """plugstack.conf; plugins are `optional`, since a failing required one can drain a node.
+
+    Args:
+        spank_plugins: absolute paths of SPANK plugin .so files, in load order.
+
+    Raises:
+        ValueError: a path is relative, or has whitespace or '#', which plugstack.conf
+            cannot hold (it splits lines on whitespace and '#' starts a comment).
+    """
     lines = ["# Written by `hetsched devcluster up`. format: optional <plugin.so> [args]"]
-    lines += [f"optional {plugin}" for plugin in spank_plugins]
+    for plugin in spank_plugins:
+        text = str(plugin)
+        if not plugin.is_absolute():
+            raise ValueError(f"SPANK plugin path {text!r} must be absolute")
+        if "#" in text or any(c.isspace() for c in text):
+            raise ValueError(
+                f"SPANK plugin path {text!r} has whitespace or '#', which plugstack.conf "
+                "cannot hold: move the plugin to a plainer path"
+            )
+        lines.append(f"optional {text}")
     return "\n".join(lines) + "\n"
 
 

@@ -56,6 +56,8 @@ class SlurmBackend(Protocol):
 
     def write_batch_script(self, job_id: str) -> str: ...
 
+    def reconfigure(self) -> None: ...
+
 
 _SIGNAL_TARGETS = {
     "batch": ["--batch"],  # the batch shell only (what the template `exec`s into)
@@ -296,6 +298,14 @@ class CliSlurmBackend:
     def write_batch_script(self, job_id: str) -> str:
         """The job's batch script text (`scontrol write batch_script J -`)."""
         return self.cli.run(["scontrol", "write", "batch_script", job_id, "-"])
+
+    def reconfigure(self) -> None:
+        """Make slurmctld and every slurmd re-read slurm.conf and plugstack.conf.
+
+        New job steps then load the SPANK plugins listed now. On Slurm 22.05 a running slurmd
+        does not pick up a newly added plugin's job prolog this way; restart slurmd for that.
+        """
+        self.cli.run(["scontrol", "reconfigure"])
 
     def version(self) -> tuple[int, int]:
         """Slurm's (major, minor) version, e.g. (22, 5); asked once, then remembered."""
