@@ -7,15 +7,17 @@ and adapters it calls take plain values.
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import os
 import shlex
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from slurm_hetsched import __version__
-from slurm_hetsched.errors import HetschedError
+from slurm_hetsched.errors import ConfigError, HetschedError
 
 logger = logging.getLogger(__name__)
 
@@ -88,6 +90,56 @@ def _run_devcluster(args: argparse.Namespace) -> int:
     return 0
 
 
+def _add_allocate(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser(
+        "allocate",
+        help="what-if: one policy's allocation for a problem in JSON",
+        description=(
+            "Solve one allocation problem (GPUs per type, jobs with throughputs per type) with "
+            "one policy and print the time fraction of each job on each GPU type as JSON. "
+            "The same decision code as the controller and the simulator. Format: "
+            "docs/interfaces.md; examples: examples/*.json."
+        ),
+    )
+    what = p.add_mutually_exclusive_group(required=True)
+    what.add_argument("--problem", type=Path, metavar="FILE", help="problem JSON ('-': stdin)")
+    what.add_argument("--list", action="store_true", help="list the policies and exit")
+    p.add_argument(
+        "--policy",
+        default="max_min_fairness_perf",
+        help="policy name (default: %(default)s; see --list)",
+    )
+    p.add_argument("--compact", action="store_true", help="print JSON on one line")
+
+
+def _run_allocate(args: argparse.Namespace) -> int:
+    from slurm_hetsched.allocate import policy_descriptions, run_allocate
+
+    if args.list:
+        descriptions = policy_descriptions()
+        width = max(len(name) for name in descriptions)
+        for name, description in descriptions.items():
+            print(f"{name.ljust(width)}  {description}")
+        return 0
+    result = run_allocate(_read_json(args.problem), args.policy)
+    print(json.dumps(result, indent=None if args.compact else 2))
+    return 0
+
+
+def _read_json(path: Path) -> Any:
+    """A JSON document from a file or, for '-', standard input; ConfigError if unreadable."""
+    try:
+        text = sys.stdin.read() if str(path) == "-" else path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"cannot read {path}: {exc.strerror}") from exc
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ConfigError(
+            f"{path}: not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}"
+        ) from exc
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="hetsched",
@@ -99,11 +151,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    _add_allocate(sub)
     _add_devcluster(sub)
     return parser
 
 
 _RUNNERS = {
+    "allocate": _run_allocate,
     "devcluster": _run_devcluster,
 }
 

@@ -56,3 +56,25 @@ class InvalidRequestError(SlurmCommandError):
 
 class SlurmParseError(SlurmError):
     """Slurm's output was not in a shape this version of slurm-hetsched understands."""
+
+
+class SolverError(HetschedError):
+    """A policy's solver did not reach an optimal solution; no allocation is returned.
+
+    Attributes:
+        policy: the policy's registered name.
+        status: the solver's status string (e.g. "infeasible", "unbounded", "Time limit reached").
+        n_jobs: rows of the problem handed to the solver.
+        n_types: GPU types (columns) of that problem.
+    """
+
+    def __init__(self, policy: str, status: str, n_jobs: int, n_types: int) -> None:
+        self.policy = policy
+        self.status = status
+        self.n_jobs = n_jobs
+        self.n_types = n_types
+        super().__init__(
+            f"policy {policy!r}: solver ended with status {status!r} on {n_jobs} jobs x "
+            f"{n_types} GPU types, so no allocation was produced; check the problem's "
+            "capacities and throughputs, or try another solver"
+        )

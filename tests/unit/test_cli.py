@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 
 from slurm_hetsched import __version__
@@ -34,3 +37,31 @@ def test_a_bad_layout_file_is_a_clear_error(tmp_path, capsys: pytest.CaptureFixt
     layout.write_text("[[nodes]]\nname = 'n1'\ngpus = { v100 = -1 }\n")
     assert main(["devcluster", "--config", str(layout), "--dir", str(tmp_path), "status"]) == 1
     assert "gpus.v100" in capsys.readouterr().err
+
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_allocate_solves_gavels_worked_example(capsys: pytest.CaptureFixture[str]) -> None:
+    problem = ROOT / "examples" / "gavel_worked_example.json"
+    assert main(["allocate", "--problem", str(problem), "--policy", "max_min_fairness_perf"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["policy"] == "max_min_fairness_perf"
+    assert result["allocation"]["j2"] == {"v100": 0.091, "k80": 0.909}
+    assert result["objective"] == pytest.approx(0.727, abs=1e-3)
+
+
+def test_allocate_lists_the_policies(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["allocate", "--list"]) == 0
+    names = [line.split()[0] for line in capsys.readouterr().out.splitlines()]
+    assert {"max_min_fairness_perf", "max_min_fairness_water_filling"} <= set(names)
+
+
+def test_allocate_errors_name_the_problem(tmp_path, capsys: pytest.CaptureFixture[str]) -> None:
+    problem = ROOT / "examples" / "gavel_worked_example.json"
+    assert main(["allocate", "--problem", str(problem), "--policy", "no_such_policy"]) == 1
+    assert "no_such_policy" in capsys.readouterr().err
+    broken = tmp_path / "broken.json"
+    broken.write_text('{"gpus": {"v100": 1},')
+    assert main(["allocate", "--problem", str(broken)]) == 1
+    assert "not valid JSON" in capsys.readouterr().err

@@ -174,7 +174,7 @@ def test_gres_strings_with_indices_and_several_types() -> None:
 
 
 def test_malformed_output_gives_a_parse_error_that_says_what_to_do() -> None:
-    with pytest.raises(SlurmParseError, match="did not print JSON.*serializer/json"):
+    with pytest.raises(SlurmParseError, match=r"did not print JSON.*serializer/json"):
         parse_jobs("squeue: error: unrecognized option '--json'")
     with pytest.raises(SlurmParseError, match="no 'jobs' list"):
         parse_jobs('{"nodes": []}')

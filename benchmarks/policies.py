@@ -1,0 +1,188 @@
+"""Solve time and objective of the max-min policies at growing sizes. Prints a table; asserts
+nothing (tests/unit/core check correctness, including that both backends agree).
+
+    .venv/bin/python benchmarks/policies.py            # the issue's table (a few minutes)
+    .venv/bin/python benchmarks/policies.py --quick    # up to 512 jobs
+    .venv/bin/python benchmarks/policies.py --large    # adds 100,000 jobs (max-min only)
+
+Problems: N jobs drawn uniformly from the shipped Gavel table's (class, GPU count) entries, on
+3 GPU types (v100, p100, k80) with N/4 or N/2 GPUs of each; "single" = every job on 1 GPU,
+"multi" = Gavel's mix (1, 2, 4, 8 GPUs with probability 0.7, 0.1, 0.15, 0.05). The 8-type case
+adds 5 synthetic types derived per (class, GPU count) from the measured ones (see
+`eight_types`), with the same total GPUs as the 3-type case.
+
+"table" rows come straight from the table, so jobs of one class share a row and the policies'
+symmetry reduction (core/policies/symmetry.py) applies. "distinct" multiplies every entry by
+U(0.9, 1.1), so no two jobs are alike and no reduction applies: the worst case.
+
+Wall time is measured here around `allocate()` (best of 3 below 0.5 s).
+"""
+
+from __future__ import annotations
+
+import argparse
+import multiprocessing
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from slurm_hetsched.core.model import Problem
+from slurm_hetsched.core.policies.base import Policy
+from slurm_hetsched.core.policies.max_min_fairness import MaxMinFairnessPerf
+from slurm_hetsched.core.policies.water_filling import MaxMinFairnessWaterFillingPerf
+from slurm_hetsched.core.throughput import ThroughputTable
+from slurm_hetsched.data_files import shipped_throughputs
+
+MEASURED = ("v100", "p100", "k80")
+MULTI_GPU = ((1, 2, 4, 8), (0.7, 0.1, 0.15, 0.05))  # Gavel's generate_job mix
+
+
+@dataclass(frozen=True)
+class Case:
+    n_jobs: int
+    n_types: int
+    fraction: float  # GPUs per type = fraction x N (x 3 / n_types: same total)
+    multi: bool
+    distinct: bool
+
+    def label(self) -> str:
+        gpus = "N/4" if self.fraction == 0.25 else "N/2"
+        return (
+            f"{self.n_jobs:>7} {self.n_types:>5} {gpus:>4} {'multi' if self.multi else 'single':>6}"
+            f" {'distinct' if self.distinct else 'table':>8}"
+        )
+
+
+def eight_types(
+    table: ThroughputTable, key: tuple[str, int], rng_of_class: dict[str, float]
+) -> np.ndarray:
+    """Steps/s on 8 types: the 3 measured ones and 5 derived from them (per class, GPU count)."""
+    v100, p100, k80 = table.row(key[0], key[1], MEASURED)
+    derived = [
+        1.8 * v100,  # a faster generation
+        float(np.sqrt(v100 * p100)),  # between V100 and P100
+        float(np.sqrt(p100 * k80)),  # between P100 and K80
+        0.6 * k80,  # slower than K80
+        p100 * rng_of_class[key[0]],  # P100-like with per-class quirks (0.5x to 1.5x)
+    ]
+    return np.array([v100, p100, k80, *derived])
+
+
+def make_problem(case: Case, table: ThroughputTable, seed: int = 0) -> Problem:
+    rng = np.random.default_rng(seed)
+    counts, probs = MULTI_GPU if case.multi else ((1,), (1.0,))
+    num_gpus = rng.choice(counts, p=probs, size=case.n_jobs)
+    classes = {g: [c for c in table.classes if (c, g) in table.rows] for g in counts}
+    keys = [(classes[g][rng.integers(len(classes[g]))], int(g)) for g in num_gpus]
+    if case.n_types == 3:
+        types = MEASURED
+        throughput = table.matrix(keys, types)
+    else:
+        types = (*MEASURED, "s1", "s2", "s3", "s4", "s5")
+        quirk = {c: float(rng.uniform(0.5, 1.5)) for c in table.classes}
+        rows = {key: eight_types(table, key, quirk) for key in set(keys)}
+        throughput = np.array([rows[key] for key in keys])
+    if case.distinct:
+        throughput = throughput * rng.uniform(0.9, 1.1, size=throughput.shape)
+    per_type = max(8, round(case.fraction * case.n_jobs * 3 / case.n_types))
+    return Problem(
+        job_ids=tuple(f"j{i}" for i in range(case.n_jobs)),
+        gpu_types=types,
+        throughput=throughput,
+        capacity=np.full(len(types), float(per_type)),
+        num_gpus=num_gpus,
+    )
+
+
+def timed(policy: Policy, problem: Problem) -> tuple[float, float, int]:
+    """(best wall seconds, objective, solver calls)."""
+    best = float("inf")
+    for _ in range(3):
+        started = time.perf_counter()
+        allocation = policy.allocate(problem)
+        best = min(best, time.perf_counter() - started)
+        if best > 0.5:
+            break
+    return best, allocation.objective, allocation.solves
+
+
+def _run_in_child(args: tuple[Callable[[], Policy], Case], queue: multiprocessing.Queue) -> None:  # type: ignore[type-arg]
+    make_policy, case = args
+    queue.put(timed(make_policy(), make_problem(case, shipped_throughputs()))[:2])
+
+
+def timed_with_limit(make_policy: Callable[[], Policy], case: Case, limit_s: float) -> str:
+    """Run one case in a child process; 'timeout' past limit_s."""
+    queue: multiprocessing.Queue = multiprocessing.Queue()  # type: ignore[type-arg]
+    child = multiprocessing.Process(target=_run_in_child, args=((make_policy, case), queue))
+    child.start()
+    child.join(limit_s)
+    if child.is_alive():
+        child.terminate()
+        child.join()
+        return f"{'>' + str(int(limit_s)):>9}    (not finished)"
+    wall, objective = queue.get()
+    return f"{wall:9.4f} {objective:9.4f}"
+
+
+def highs_max_min() -> Policy:
+    return MaxMinFairnessPerf()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="up to 512 jobs")
+    parser.add_argument("--large", action="store_true", help="add 100,000 jobs (max-min)")
+    args = parser.parse_args(argv)
+    table = shipped_throughputs()
+    sizes = (32, 128, 512) if args.quick else (32, 128, 512, 2048, 8192)
+    cases = [
+        Case(n, 3, f, m, d)
+        for d in (False, True)
+        for n in sizes
+        for f in (0.25, 0.5)
+        for m in (False, True)
+    ]
+    if not args.quick:
+        cases += [
+            Case(2048, 8, f, m, d)
+            for d in (False, True)
+            for f in (0.25, 0.5)
+            for m in (False, True)
+        ]
+    MaxMinFairnessPerf().allocate(make_problem(Case(8, 3, 0.5, False, False), table))  # warm-up
+
+    header = (
+        f"{'policy':<37} {'backend':<8} {'jobs':>7} {'types':>5} {'GPUs':>4} {'mix':>6} "
+        f"{'rows':>8} {'wall_s':>9} {'objective':>9} {'LPs':>4}"
+    )
+    print(header)
+    print("-" * len(header))
+    for case in cases:
+        problem = make_problem(case, table)
+        runs: list[tuple[str, Policy]] = [("highs", MaxMinFairnessPerf())]
+        if case.n_jobs <= 2048:
+            runs.append(("cvxpy", MaxMinFairnessPerf(backend="cvxpy")))
+        water = MaxMinFairnessWaterFillingPerf()
+        if case.n_jobs <= 2048 or not case.distinct:
+            runs.append(("highs", water))
+        for backend, policy in runs:
+            wall, objective, lps = timed(policy, problem)
+            print(
+                f"{policy.name:<37} {backend:<8} {case.label()} {wall:9.4f} {objective:9.4f} "
+                f"{lps:>4}",
+                flush=True,
+            )
+    if args.large:
+        for distinct in (False, True):
+            case = Case(100_000, 3, 0.25, True, distinct)
+            result = timed_with_limit(highs_max_min, case, limit_s=60.0)
+            print(f"{'max_min_fairness_perf':<37} {'highs':<8} {case.label()} {result}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,45 @@
+"""Allocation policies: each a small class with a `name`, a one-line `description` and a pure
+`allocate(problem) -> Allocation`, all registered in POLICIES under Gavel's names.
+
+Suffix convention (Gavel's): `_perf` is heterogeneity-aware; no suffix is the
+heterogeneity-agnostic baseline that sees every GPU type as the same.
+"""
+
+from __future__ import annotations
+
+from slurm_hetsched.core.policies.base import Policy
+from slurm_hetsched.core.policies.max_min_fairness import MaxMinFairness, MaxMinFairnessPerf
+from slurm_hetsched.core.policies.water_filling import (
+    MaxMinFairnessWaterFilling,
+    MaxMinFairnessWaterFillingPerf,
+)
+from slurm_hetsched.errors import ConfigError
+
+POLICIES: dict[str, type[Policy]] = {
+    cls.name: cls
+    for cls in (
+        MaxMinFairnessPerf,
+        MaxMinFairness,
+        MaxMinFairnessWaterFillingPerf,
+        MaxMinFairnessWaterFilling,
+    )
+}
+
+
+def get_policy(name: str) -> Policy:
+    """A new instance of the policy registered as `name`, with its default settings.
+
+    Raises:
+        ConfigError: no policy has that name (the message lists every valid one).
+    """
+    try:
+        cls = POLICIES[name]
+    except KeyError:
+        raise ConfigError(
+            f"unknown policy {name!r}; valid policies are: {', '.join(sorted(POLICIES))} "
+            "(`hetsched allocate --list` describes them)"
+        ) from None
+    return cls()
+
+
+__all__ = ["POLICIES", "Policy", "get_policy"]
