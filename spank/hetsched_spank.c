@@ -67,7 +67,7 @@ SPANK_PLUGIN(hetsched, 1);
 #define HETSCHED_ROOT_MAX 1024	/* longest state root, with its NUL */
 #define HETSCHED_KEY_MAX 128	/* longest job key, with its NUL */
 #define HETSCHED_LEASE_MAX 604800	/* one week, in seconds */
-#define HETSCHED_SIG_MAX 64	/* SIGRTMAX on Linux */
+#define HETSCHED_SIG_MAX 31	/* standard signals; no real-time ones */
 #define HETSCHED_MAX_GROUPS 1024
 
 enum {
@@ -80,6 +80,8 @@ enum {
 static char _signal[16] = "";
 static char _state_root[HETSCHED_ROOT_MAX] = "";
 static char _lease[16] = "";
+/* Which options the option callback set (index: option val). */
+static int _given[OPT_LEASE + 1];
 
 static int _opt_cb(int val, const char *optarg, int remote);
 
@@ -117,11 +119,11 @@ static const struct {
 };
 
 /*
- * Parse a signal name (USR2, SIGUSR2, usr2) or number (1-64) into its
+ * Parse a signal name (USR2, SIGUSR2, usr2) or number (1-31) into its
  * canonical spelling: the name without "SIG" where there is one, else the
  * number; "none" (the wrapper then ignores signals) stays "none". Refused:
  * KILL and STOP (cannot be caught), TERM (the wrapper's "stop now" while
- * paused) and 32/33 (glibc's internal thread signals).
+ * paused) and real-time signals (the wrapper takes standard ones only).
  * Returns 0, or -1 with a reason in err.
  */
 static int _parse_signal(const char *text, char *out, size_t outlen,
@@ -180,12 +182,6 @@ static int _parse_signal(const char *text, char *out, size_t outlen,
 		snprintf(err, errlen,
 			 "signal '%.32s' cannot be the checkpoint signal: "
 			 "SIGTERM ends a paused job (use USR2 or USR1)", text);
-		return -1;
-	}
-	if ((num == 32) || (num == 33)) {
-		snprintf(err, errlen,
-			 "signal %d is reserved by the C library's threads "
-			 "(use USR2 or USR1)", num);
 		return -1;
 	}
 	for (i = 0; i < sizeof(_signals) / sizeof(_signals[0]); i++) {
@@ -301,8 +297,10 @@ static int _opt_cb(int val, const char *optarg, int remote)
 {
 	char err[256];
 
-	if (_set_value(val, optarg, err, sizeof(err)) == 0)
+	if (_set_value(val, optarg, err, sizeof(err)) == 0) {
+		_given[val] = 1;
 		return ESPANK_SUCCESS;
+	}
 	if (remote) {
 		slurm_error("hetsched: ignoring --%s: %s", _opt_name(val), err);
 		return ESPANK_SUCCESS;
@@ -569,6 +567,43 @@ int slurm_spank_init(spank_t sp, int ac, char **av)
 	return ESPANK_SUCCESS;
 }
 
+/*
+ * Options reach slurmstepd through the job's environment. With a restricted
+ * `sbatch --export=VAR,...` only Slurm's copy of them arrives, named
+ * SLURM_SPANK__SLURM_SPANK_OPTION_hetsched_<option with _ for ->, and the
+ * option callback does not run: read the values from there instead.
+ */
+static void _options_from_job_env(spank_t sp)
+{
+	char name[128], value[HETSCHED_ROOT_MAX], err[256];
+	size_t i, j;
+
+	for (i = 0; _options[i].name; i++) {
+		int val = _options[i].val;
+		int len;
+
+		if (_given[val])
+			continue;
+		len = snprintf(name, sizeof(name),
+			       "SLURM_SPANK__SLURM_SPANK_OPTION_hetsched_%s",
+			       _options[i].name);
+		if ((len < 0) || ((size_t) len >= sizeof(name)))
+			continue;
+		for (j = 0; name[j]; j++) {
+			if (name[j] == '-')
+				name[j] = '_';
+		}
+		if (spank_getenv(sp, name, value, sizeof(value)) !=
+		    ESPANK_SUCCESS)
+			continue;
+		if (_set_value(val, value, err, sizeof(err)))
+			slurm_error("hetsched: ignoring --%s: %s",
+				    _options[i].name, err);
+		else
+			_given[val] = 1;
+	}
+}
+
 int slurm_spank_init_post_opt(spank_t sp, int ac, char **av)
 {
 	char key[HETSCHED_KEY_MAX];
@@ -587,6 +622,7 @@ int slurm_spank_init_post_opt(spank_t sp, int ac, char **av)
 		return ESPANK_SUCCESS;
 	}
 
+	_options_from_job_env(sp);
 	if (_signal[0])
 		_setenv(sp, "HETSCHED_SIGNAL", _signal);
 	if (_lease[0])

@@ -162,6 +162,22 @@ def test_job_gets_the_variables_and_its_state_folder(submit: Submitter, root: Pa
     assert env["folder"] == f"700 {env['uid']}"
 
 
+def test_options_reach_a_job_that_exports_only_named_variables(
+    submit: Submitter, root: Path
+) -> None:
+    # --export=VAR,... (what a re-submission as another user uses) drops the variable that
+    # carries options to slurmstepd; the plugin reads Slurm's own copy of them instead.
+    _, env = run_and_read(
+        submit,
+        JobOptions(
+            export={"PATH": "/usr/bin:/bin", "HETSCHED_JOB_KEY": "only"},
+            export_all=False,
+            extra=spank_options(root, signal="USR1"),
+        ),
+    )
+    assert (env["HETSCHED_SIGNAL"], env["HETSCHED_STATE_DIR"]) == ("USR1", str(root / "only"))
+
+
 def test_signal_spellings_are_canonical(submit: Submitter, root: Path) -> None:
     _, env = run_and_read(submit, JobOptions(extra=spank_options(root, signal="sigusr2")))
     assert env["HETSCHED_SIGNAL"] == "USR2"
@@ -290,7 +306,8 @@ def test_a_job_without_the_options_runs_untouched(submit: Submitter, sbatch_help
         ("signal", "NOPE", "hetsched: --hetsched-signal: unknown signal 'NOPE'"),
         ("signal", "KILL", "cannot be caught"),
         ("signal", "TERM", "SIGTERM ends a paused job"),
-        ("signal", "65", "signal number '65' is not in 1-64"),
+        ("signal", "65", "signal number '65' is not in 1-31"),
+        ("signal", "40", "signal number '40' is not in 1-31"),
         ("state-dir", "relative/dir", "is not an absolute path"),
         ("state-dir", "/" + "x" * 2000, "state dir is too long"),
         ("lease", "10m", "lease '10m' is not a whole number of seconds"),

@@ -1,0 +1,360 @@
+"""Atomic checkpoints in the job's state folder: `ckpt-<step>/` with a `COMMITTED` marker.
+
+Writing: files go into a hidden temporary folder next to the checkpoints; each file and the
+folder are fsynced; the `COMMITTED` marker (a JSON manifest with every file's size and CRC-32)
+is written and fsynced last; the folder is renamed to `ckpt-<step>` and the state folder
+fsynced. A crash at any point leaves either no `ckpt-<step>` or a complete one, and never
+touches an older checkpoint. An existing committed `ckpt-<step>` is never overwritten.
+
+Reading: the newest checkpoint whose marker parses and whose files match their size and
+checksum wins; a torn or corrupt one (no marker, unreadable, checksum mismatch) is skipped with
+a warning and the previous committed one used (the failure PyTorch Lightning #19970 describes).
+
+Only the job's rank 0 writes; this module does not know about ranks.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import shutil
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+from slurm_hetsched.errors import HetschedError
+from slurm_hetsched.wrapper.files import fsync_dir, read_json
+from slurm_hetsched.wrapper.serialize import (
+    CorruptStateError,
+    FileDigest,
+    digest_file,
+    load_object,
+    read_verified,
+    save_object,
+)
+
+logger = logging.getLogger(__name__)
+
+MARKER = "COMMITTED"
+FORMAT = "hetsched-checkpoint/1"
+_NAME = re.compile(r"^ckpt-(\d+)$")
+_TEMP_PREFIX = ".tmp-ckpt-"
+_TRASH_PREFIX = ".trash-ckpt-"
+T = TypeVar("T")
+
+
+class CheckpointError(HetschedError):
+    """A checkpoint could not be written."""
+
+
+class CheckpointCorruptError(CorruptStateError):
+    """A checkpoint is torn (no marker) or corrupt (bad marker, size or checksum)."""
+
+
+def checkpoint_name(step: int) -> str:
+    return f"ckpt-{step}"
+
+
+class CheckpointWriter:
+    """Handed to a save function: puts files into the checkpoint being written.
+
+    Attributes:
+        folder: the temporary folder (it becomes `ckpt-<step>` on commit).
+        step: the step the checkpoint is for.
+        rank_states: per-rank values gathered before the save (see JobSession); [] if none.
+    """
+
+    def __init__(self, folder: Path, step: int, rank_states: list[Any]) -> None:
+        self.folder = folder
+        self.step = step
+        self.rank_states = rank_states
+        self._digests: dict[str, FileDigest | None] = {}
+
+    def save_object(self, name: str, obj: Any) -> None:
+        """Write `obj` (tensors and arrays at full disk speed) as file `name`."""
+        self._digests[name] = save_object(obj, self._path(name))
+
+    def path(self, name: str) -> Path:
+        """A path to write file `name` by other means; its checksum is read back at commit."""
+        path = self._path(name)
+        self._digests[name] = None
+        return path
+
+    def _path(self, name: str) -> Path:
+        if "/" in name or name.startswith(".") or name == MARKER or name in self._digests:
+            raise ValueError(f"bad or repeated checkpoint file name {name!r}")
+        return self.folder / name
+
+    def finish(self) -> dict[str, FileDigest]:
+        """Digest and fsync the files written by other means (save_object fsyncs its own)."""
+        digests: dict[str, FileDigest] = {}
+        for name, digest in self._digests.items():
+            if digest is not None:
+                digests[name] = digest
+                continue
+            path = self.folder / name
+            if not path.is_file():
+                raise CheckpointError(f"save function announced {name!r} but did not write it")
+            digests[name] = digest_file(path)
+            fd = os.open(path, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        return digests
+
+
+@dataclass(frozen=True, slots=True)
+class CheckpointReader:
+    """Handed to a load function: verified access to one committed checkpoint.
+
+    Attributes:
+        folder: the `ckpt-<step>` folder.
+        step: completed steps when it was written.
+        manifest: the parsed `COMMITTED` marker (files, job_id, restart_count, meta, ...).
+    """
+
+    folder: Path
+    step: int
+    manifest: Mapping[str, Any]
+    _verified: set[str] = field(default_factory=set)
+
+    @property
+    def meta(self) -> Mapping[str, Any]:
+        meta = self.manifest.get("meta")
+        return meta if isinstance(meta, Mapping) else {}
+
+    def load_object(self, name: str) -> Any:
+        """The object saved as `name`, after checking its size and checksum.
+
+        Raises:
+            CheckpointCorruptError: missing, damaged, or not loadable.
+        """
+        data = self._read(name)
+        try:
+            return load_object(data, str(self.folder / name))
+        except CorruptStateError as exc:
+            raise CheckpointCorruptError(str(exc)) from exc
+
+    def path(self, name: str) -> Path:
+        """The path of file `name`, after checking its size and checksum."""
+        if name not in self._verified:
+            self._read(name)
+            self._verified.add(name)
+        return self.folder / name
+
+    def _read(self, name: str) -> bytearray:
+        files = self.manifest.get("files", {})
+        entry = files.get(name) if isinstance(files, Mapping) else None
+        if not isinstance(entry, Mapping):
+            raise CheckpointCorruptError(f"{self.folder} has no file {name!r} in its manifest")
+        try:
+            expected = FileDigest(int(entry["size"]), int(entry["crc32"]))
+            return read_verified(self.folder / name, expected)
+        except (KeyError, TypeError, ValueError) as exc:
+            raise CheckpointCorruptError(f"{self.folder}: bad manifest entry {name!r}") from exc
+        except CorruptStateError as exc:
+            raise CheckpointCorruptError(str(exc)) from exc
+
+
+@dataclass(frozen=True, slots=True)
+class CheckpointInfo:
+    """A `ckpt-<step>` folder and whether its marker is there."""
+
+    step: int
+    path: Path
+    committed: bool
+
+
+class CheckpointStore:
+    """The checkpoints of one job, in its state folder.
+
+    Args:
+        folder: the job's state folder (exists; see files.ensure_state_dir).
+        keep: committed checkpoints kept after each save (older ones are removed).
+        stall_s: TEST HOOK: seconds to stall after the files are written and before the commit,
+            so a test can kill the job in the middle of a write. 0 in real use.
+        wall: Unix-seconds clock for `written_at`.
+    """
+
+    def __init__(
+        self,
+        folder: Path,
+        *,
+        keep: int = 3,
+        stall_s: float = 0.0,
+        wall: Callable[[], float] = time.time,
+    ) -> None:
+        if keep < 1:
+            raise ValueError(f"keep must be at least 1, got {keep}")
+        self.folder = folder
+        self.keep = keep
+        self.stall_s = stall_s
+        self._wall = wall
+
+    def checkpoints(self) -> list[CheckpointInfo]:
+        """Every `ckpt-<step>` folder, newest first; `committed` means the marker exists."""
+        infos = []
+        for entry in self._entries():
+            match = _NAME.match(entry.name)
+            if match and entry.is_dir():
+                committed = (entry / MARKER).is_file()
+                infos.append(CheckpointInfo(int(match.group(1)), entry, committed))
+        return sorted(infos, key=lambda info: info.step, reverse=True)
+
+    def latest(self) -> CheckpointInfo | None:
+        """The newest checkpoint with a marker (not yet checksummed), or None."""
+        return next((info for info in self.checkpoints() if info.committed), None)
+
+    def open(self, info: CheckpointInfo) -> CheckpointReader:
+        """A reader for `info` after checking its marker.
+
+        Raises:
+            CheckpointCorruptError: no marker, or a marker that is not a valid manifest.
+        """
+        manifest = read_json(info.path / MARKER)
+        if manifest is None:
+            raise CheckpointCorruptError(f"{info.path} has no readable {MARKER} marker (torn)")
+        if manifest.get("format") != FORMAT or manifest.get("step") != info.step:
+            raise CheckpointCorruptError(
+                f"{info.path}/{MARKER} is not a {FORMAT} manifest for step {info.step}"
+            )
+        if not isinstance(manifest.get("files"), Mapping):
+            raise CheckpointCorruptError(f"{info.path}/{MARKER} lists no files")
+        return CheckpointReader(info.path, info.step, manifest)
+
+    def load_latest(
+        self, load: Callable[[CheckpointReader], T], *, step: int | None = None
+    ) -> tuple[CheckpointReader, T] | None:
+        """Load the newest usable checkpoint (or exactly `step`) with `load`.
+
+        A torn or corrupt checkpoint (CheckpointCorruptError from the marker, a file check or
+        `load`) is skipped with a warning and the previous committed one tried. Other errors of
+        `load` (e.g. a model that no longer matches the saved state) are raised: silently
+        falling back to an older checkpoint, or to none, would hide them.
+
+        Returns:
+            the reader and what `load` returned, or None when there is no usable checkpoint.
+        """
+        for info in self.checkpoints():
+            if step is not None and info.step != step:
+                continue
+            try:
+                reader = self.open(info)
+                return reader, load(reader)
+            except CheckpointCorruptError as exc:
+                if step is not None:
+                    raise
+                logger.warning("skipping checkpoint %s: %s", info.path.name, exc)
+        if step is not None:
+            raise CheckpointCorruptError(f"no checkpoint for step {step} in {self.folder}")
+        return None
+
+    def save(
+        self,
+        step: int,
+        write: Callable[[CheckpointWriter], None],
+        *,
+        meta: Mapping[str, Any] | None = None,
+        rank_states: list[Any] | None = None,
+    ) -> Path:
+        """Write and commit `ckpt-<step>` with `write`, then keep only the newest `keep`.
+
+        An already committed `ckpt-<step>` is kept as it is (the state at a given step is the
+        same; overwriting it would risk the good copy). A torn one is replaced.
+
+        Returns:
+            the committed checkpoint folder.
+
+        Raises:
+            CheckpointError / OSError: the write failed; older checkpoints are untouched and the
+                temporary folder removed.
+        """
+        final = self.folder / checkpoint_name(step)
+        if (final / MARKER).is_file():
+            logger.debug("%s is already committed; not writing it again", final.name)
+            return final
+        temp = self.folder / f"{_TEMP_PREFIX}{step}-{os.getpid()}-{time.monotonic_ns()}"
+        temp.mkdir(mode=0o700)
+        started = time.perf_counter()
+        try:
+            writer = CheckpointWriter(temp, step, rank_states or [])
+            write(writer)
+            digests = writer.finish()
+            if self.stall_s > 0:
+                logger.warning("TEST HOOK: stalling checkpoint %d for %.1f s", step, self.stall_s)
+                time.sleep(self.stall_s)
+            manifest = {
+                "format": FORMAT,
+                "step": step,
+                "written_at": self._wall(),
+                "files": {
+                    name: {"size": d.size, "crc32": d.crc32} for name, d in sorted(digests.items())
+                },
+                "meta": dict(meta or {}),
+            }
+            # The marker needs no rename of its own: renaming the folder is the atomic step,
+            # and one fsync of the folder makes every entry in it durable before that.
+            _write_durably(temp / MARKER, (json.dumps(manifest, indent=1) + "\n").encode())
+            fsync_dir(temp)
+            if final.exists():  # torn: no marker; move it aside, never write into it
+                _remove(final, self.folder / f"{_TRASH_PREFIX}{step}-{os.getpid()}")
+            os.rename(temp, final)
+            fsync_dir(self.folder)
+        except BaseException:
+            shutil.rmtree(temp, ignore_errors=True)
+            raise
+        size = sum(d.size for d in digests.values())
+        elapsed = time.perf_counter() - started
+        logger.info("checkpoint %s committed: %.1f MB in %.2f s", final.name, size / 1e6, elapsed)
+        self.prune()
+        return final
+
+    def prune(self) -> None:
+        """Keep the newest `keep` committed checkpoints; remove older ones, torn ones older
+        than the newest committed one, and temporary folders left by killed writers.
+
+        Call it only while no other process writes checkpoints of this job.
+        """
+        infos = self.checkpoints()
+        committed = [info for info in infos if info.committed]
+        newest = committed[0].step if committed else None
+        for info in committed[self.keep :]:
+            _remove(info.path, None)
+        for info in infos:
+            if not info.committed and newest is not None and info.step < newest:
+                _remove(info.path, None)
+        for entry in self._entries():
+            if entry.name.startswith((_TEMP_PREFIX, _TRASH_PREFIX)):
+                logger.info("removing %s, left by an interrupted checkpoint write", entry.name)
+                _remove(entry, None)
+
+    def _entries(self) -> list[Path]:
+        try:
+            return list(self.folder.iterdir())
+        except FileNotFoundError:
+            return []
+
+
+def _write_durably(path: Path, data: bytes) -> None:
+    """Create `path` with `data` and fsync it (the caller fsyncs the folder)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+        os.fdatasync(fd)
+    finally:
+        os.close(fd)
+
+
+def _remove(path: Path, aside: Path | None) -> None:
+    """Remove a folder; with `aside`, first rename it there so the name is free at once."""
+    if aside is not None:
+        os.rename(path, aside)
+        path = aside
+    shutil.rmtree(path, ignore_errors=True)

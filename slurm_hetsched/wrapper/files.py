@@ -1,0 +1,104 @@
+"""Durable, atomic file operations and the private state folder.
+
+A file is written to a temporary name in the same folder, flushed and fsynced, then renamed over
+the target with `os.replace`, and the folder is fsynced so the rename survives a crash. Readers
+therefore see either the old file or the new one, never a mix. No other module of the wrapper
+writes state files by hand.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from pathlib import Path
+from typing import Any
+
+from slurm_hetsched.errors import HetschedError
+
+logger = logging.getLogger(__name__)
+
+
+class StateDirError(HetschedError):
+    """The job's state folder cannot be created or is not safe to use."""
+
+
+def fsync_dir(folder: Path) -> None:
+    """Make renames and creations inside `folder` durable."""
+    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def write_bytes_atomic(path: Path, data: bytes, mode: int = 0o600) -> None:
+    """Replace `path` with `data` atomically and durably (temp file, fsync, rename, fsync dir)."""
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+        os.fsync(fd)
+    except BaseException:
+        os.close(fd)
+        tmp.unlink(missing_ok=True)
+        raise
+    os.close(fd)
+    os.replace(tmp, path)
+    fsync_dir(path.parent)
+
+
+def write_json_atomic(path: Path, payload: dict[str, Any]) -> None:
+    """Replace `path` with `payload` as JSON, atomically and durably."""
+    write_bytes_atomic(path, (json.dumps(payload, indent=1, sort_keys=True) + "\n").encode())
+
+
+def read_json(path: Path) -> dict[str, Any] | None:
+    """The JSON object in `path`; None if the file is missing, unreadable or not an object."""
+    try:
+        payload = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return payload if isinstance(payload, dict) else None
+
+
+def ensure_state_dir(path: Path) -> Path:
+    """Create the job's state folder (mode 0700) if missing and check that it is safe to use.
+
+    Missing parents are created with mode 0700 too: a shared root that other users' jobs also
+    use must be made by an admin (mode 0711 with per-job folders made by the SPANK prolog, or
+    1733), see docs/job-side.md.
+
+    Returns:
+        `path`, resolved.
+
+    Raises:
+        StateDirError: it cannot be created, is not a folder, or belongs to another user (a job
+            of someone else with the same key, or a planted folder); the message says what to do.
+    """
+    try:
+        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        path.mkdir(mode=0o700, exist_ok=True)
+    except FileExistsError:
+        raise StateDirError(
+            f"the job's state path {path} exists but is not a folder; remove it"
+        ) from None
+    except OSError as exc:
+        raise StateDirError(
+            f"cannot create the job's state folder {path}: {exc}; set HETSCHED_STATE_ROOT (or "
+            "HETSCHED_STATE_DIR) to a folder your jobs can write on every node"
+        ) from exc
+    info = path.stat()
+    euid = os.geteuid()
+    if info.st_uid != euid and euid != 0:
+        raise StateDirError(
+            f"the state folder {path} belongs to uid {info.st_uid}, not to you (uid {euid}); "
+            "another user's job may use the same key: set HETSCHED_JOB_KEY or HETSCHED_STATE_DIR"
+        )
+    if info.st_mode & 0o077 and info.st_uid == euid:
+        # Checkpoints may hold private data and are unpickled on resume: nobody else may write.
+        logger.warning("state folder %s had mode %o; setting 0700", path, info.st_mode & 0o777)
+        os.chmod(path, 0o700)
+    return path.resolve()

@@ -1,0 +1,135 @@
+"""progress.json, ack.json, placement.json and the GPU type lookup."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from wrapper_fakes import FakeClock, make_env
+
+from slurm_hetsched.wrapper.files import StateDirError, ensure_state_dir
+from slurm_hetsched.wrapper.placement import (
+    Placement,
+    expand_hostlist,
+    read_placement,
+    resolve_gpu_type,
+    write_placement,
+)
+from slurm_hetsched.wrapper.progress import Ack, ProgressReporter, read_ack, write_ack
+
+PROGRESS_KEYS = {
+    "job_key",
+    "job_id",
+    "step",
+    "total_steps",
+    "steps_per_s",
+    "gpu_type",
+    "num_gpus",
+    "node",
+    "updated_at",
+}
+
+
+def reporter(tmp_path: Path, clock: FakeClock, every_s: float = 5.0) -> ProgressReporter:
+    return ProgressReporter(
+        make_env(tmp_path),
+        total_steps=1000,
+        gpu_type="k80",
+        num_gpus=1,
+        every_s=every_s,
+        window_s=10.0,
+        clock=clock.monotonic,
+        wall=clock.wall,
+    )
+
+
+def test_progress_file_has_the_design_keys(tmp_path: Path) -> None:
+    clock = FakeClock()
+    assert reporter(tmp_path, clock).update(0)
+    payload = json.loads((tmp_path / "progress.json").read_text())
+    assert PROGRESS_KEYS <= set(payload)
+    assert payload["job_key"] == "42" and payload["job_id"] == "42" and payload["node"] == "n3"
+    assert payload["gpu_type"] == "k80" and payload["num_gpus"] == 1
+    assert payload["steps_per_s"] is None, "no rate before it is measured"
+    assert payload["updated_at"] == clock.wall() and payload["status"] == "running"
+    assert [p.name for p in tmp_path.iterdir()] == ["progress.json"], "no temporary file left"
+
+
+def test_progress_is_written_every_few_seconds_with_a_windowed_rate(tmp_path: Path) -> None:
+    clock = FakeClock()
+    progress = reporter(tmp_path, clock, every_s=5.0)
+    written = []
+    for step in range(1, 101):
+        clock.advance(0.1)  # 10 steps/s
+        written.append(progress.update(step))
+    assert written.count(True) == 2  # at t=0.1 (first) and t=5.1
+    payload = json.loads((tmp_path / "progress.json").read_text())
+    assert payload["step"] == 51 and payload["steps_per_s"] == pytest.approx(10.0)
+    for step in range(101, 201):  # now 2 steps/s; the 10 s window forgets the fast part
+        clock.advance(0.5)
+        progress.update(step)
+    assert progress.steps_per_s() == pytest.approx(2.0)
+    progress.reset_window()
+    assert progress.steps_per_s() is None
+    assert progress.update(200, status="paused", force=True)
+    assert json.loads((tmp_path / "progress.json").read_text())["status"] == "paused"
+
+
+def test_ack_round_trip(tmp_path: Path) -> None:
+    ack = Ack(job_id="42", restart_count=1, step=120, checkpoint="ckpt-120", written_at=5.5)
+    write_ack(tmp_path, ack)
+    payload = json.loads((tmp_path / "ack.json").read_text())
+    assert set(payload) == {"job_id", "restart_count", "step", "checkpoint", "written_at"}
+    assert read_ack(tmp_path) == ack
+    (tmp_path / "ack.json").write_text('{"job_id": "42"}')
+    assert read_ack(tmp_path) is None
+
+
+def test_placement_round_trip_and_malformed(tmp_path: Path) -> None:
+    assert read_placement(tmp_path) is None
+    write_placement(tmp_path, Placement("V100", 2, ("n1",), round=7))
+    assert read_placement(tmp_path) == Placement("v100", 2, ("n1",), 7)
+    (tmp_path / "placement.json").write_text('{"gpu_type": "k80", "nodes": "n[1-3,10]"}')
+    assert read_placement(tmp_path) == Placement("k80", None, ("n1", "n2", "n3", "n10"), None)
+    (tmp_path / "placement.json").write_text("[1, 2]")
+    assert read_placement(tmp_path) is None
+
+
+def test_hostlist_expansion() -> None:
+    assert expand_hostlist("n[01-03]") == ["n01", "n02", "n03"]
+    assert expand_hostlist("gpu7") == ["gpu7"]
+    assert expand_hostlist("n[a-b]") == ["n[a-b]"]
+
+
+def test_gpu_type_sources_in_order(tmp_path: Path) -> None:
+    asked: list[str] = []
+
+    def lookup(node: str) -> dict[str, int]:
+        asked.append(node)
+        return {"p100": 2}
+
+    # 1. placement.json naming this node
+    write_placement(tmp_path, Placement("v100", 1, ("n3",)))
+    assert resolve_gpu_type(tmp_path, "n3", in_slurm=True, lookup=lookup)[0] == "v100"
+    assert asked == []
+    # 2. a stale placement (other nodes): the node's single type from Slurm
+    assert resolve_gpu_type(tmp_path, "n2", in_slurm=True, lookup=lookup)[0] == "p100"
+    # 3. several types on the node, or no Slurm: unknown
+    (tmp_path / "placement.json").unlink()
+    mixed = resolve_gpu_type(tmp_path, "n9", in_slurm=True, lookup=lambda n: {"a": 1, "b": 1})
+    assert mixed[0] == "unknown"
+    assert resolve_gpu_type(tmp_path, "n2", in_slurm=False, lookup=lookup)[0] == "unknown"
+    assert resolve_gpu_type(tmp_path, "n2", in_slurm=True, lookup=lambda n: None)[0] == "unknown"
+
+
+def test_state_dir_is_created_private(tmp_path: Path) -> None:
+    folder = ensure_state_dir(tmp_path / "root" / "42")
+    assert folder.stat().st_mode & 0o777 == 0o700
+    loose = tmp_path / "loose"
+    loose.mkdir(mode=0o755)
+    loose.chmod(0o755)
+    assert ensure_state_dir(loose).stat().st_mode & 0o777 == 0o700
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(StateDirError, match="not a folder"):
+        ensure_state_dir(tmp_path / "file")

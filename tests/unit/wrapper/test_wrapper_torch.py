@@ -1,0 +1,255 @@
+"""TorchTrainer: a run interrupted and resumed in-process ends bit-identical (no Slurm)."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import random
+import signal
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+import torch.multiprocessing as mp
+from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
+from wrapper_fakes import FakeClock, make_env, no_gpus
+
+from slurm_hetsched.wrapper import ResumableSampler, TorchTrainer
+from slurm_hetsched.wrapper.session import Terminated
+
+SAMPLES, BATCH = 100, 16  # 7 batches per epoch, the last one short
+
+
+def digest(model: nn.Module) -> str:
+    out = hashlib.sha256()
+    for tensor in model.state_dict().values():
+        out.update(tensor.detach().contiguous().numpy().tobytes())
+    return out.hexdigest()
+
+
+def build(seed: int = 0) -> tuple[nn.Module, Any, Any, Any, DataLoader[Any]]:
+    torch.manual_seed(seed)
+    model = nn.Sequential(nn.Linear(8, 32), nn.ReLU(), nn.Dropout(0.2), nn.Linear(32, 1))
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
+    scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=5, gamma=0.7)
+    scaler = torch.amp.GradScaler("cpu", init_scale=1024.0, growth_interval=3)
+    generator = torch.Generator().manual_seed(seed)
+    data = TensorDataset(
+        torch.randn(SAMPLES, 8, generator=generator), torch.randn(SAMPLES, 1, generator=generator)
+    )
+    loader = DataLoader(data, batch_size=BATCH, sampler=ResumableSampler(SAMPLES, seed=seed))
+    return model, optimizer, scheduler, scaler, loader
+
+
+def raise_signal(signum: int) -> None:
+    os.kill(os.getpid(), signum)
+    time.sleep(0.01)
+
+
+def run(
+    state_dir: Path,
+    total: int,
+    *,
+    signal_at: int | None = None,
+    restart: int = 0,
+    on_step: Callable[[TorchTrainer], None] | None = None,
+) -> tuple[str, TorchTrainer, dict[str, Any]]:
+    """Train to `total` steps; with `signal_at`, checkpoint there and stop (as if moved)."""
+    model, optimizer, scheduler, scaler, loader = build()
+    clock = FakeClock()
+    # A paused job is requeued: SIGTERM at its first poll.
+    clock.on_sleep = lambda n: raise_signal(signal.SIGTERM)
+    extras: dict[str, Any] = {"seen": []}
+    trainer = TorchTrainer(
+        model,
+        optimizer,
+        total_steps=total,
+        lr_scheduler=scheduler,
+        scaler=scaler,
+        extras=extras,
+        env=make_env(state_dir, restart_count=restart),
+        gpu_lookup=no_gpus,
+        clock=clock.monotonic,
+        wall=clock.wall,
+        sleep=clock.sleep,
+    )
+    try:
+        with trainer:
+            for x, y in trainer.batches(loader):
+                # Every RNG a training step may draw from: dropout (torch), Python, NumPy.
+                noise = random.random() * 1e-3 + float(np.random.rand()) * 1e-3
+                loss = ((model(x) - y) ** 2).mean() + noise
+                optimizer.zero_grad()
+                scaler.scale(loss).backward()
+                scaler.step(optimizer)
+                scaler.update()
+                scheduler.step()
+                extras["seen"].append(trainer.step)
+                if on_step is not None:
+                    on_step(trainer)
+                if signal_at is not None and trainer.step + 1 == signal_at:
+                    raise_signal(signal.SIGUSR2)
+    except Terminated:
+        pass
+    return digest(model), trainer, extras
+
+
+def scramble_rngs() -> None:
+    """What a fresh process would have: different RNG states everywhere."""
+    torch.manual_seed(12345)
+    random.seed(12345)
+    np.random.seed(12345)
+
+
+def test_interrupted_runs_end_bit_identical(tmp_path: Path) -> None:
+    total = 30
+    expected, reference, reference_extras = run(tmp_path / "reference", total)
+    state = tmp_path / "moved"
+    # Stop mid-epoch (step 10), exactly at an epoch's end (step 14), and mid-epoch again.
+    for restart, stop in enumerate((10, 14, 23)):
+        scramble_rngs()
+        _, trainer, _ = run(state, total, signal_at=stop, restart=restart)
+        assert trainer.step == stop and (state / f"ckpt-{stop}" / "COMMITTED").is_file()
+    scramble_rngs()
+    final, trainer, extras = run(state, total, restart=3)
+    assert trainer.session.resumed_from == state / "ckpt-23"
+    assert final == expected
+    assert extras == reference_extras, "user extras restored in place"
+    # Power-of-two loss scales cancel exactly, so the scaler's own state is compared too.
+    assert trainer.scaler.state_dict() == reference.scaler.state_dict()
+    assert trainer.lr_scheduler.state_dict() == reference.lr_scheduler.state_dict()
+
+
+def test_steps_loop_without_a_loader(tmp_path: Path) -> None:
+    def train(state: Path, stop: int | None, restart: int) -> str:
+        torch.manual_seed(0)
+        model = nn.Linear(4, 1)
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+        clock = FakeClock()
+        clock.on_sleep = lambda n: raise_signal(signal.SIGTERM)
+        try:
+            with TorchTrainer(
+                model,
+                optimizer,
+                total_steps=12,
+                gpu_lookup=no_gpus,
+                env=make_env(state, restart_count=restart),
+                clock=clock.monotonic,
+                wall=clock.wall,
+                sleep=clock.sleep,
+            ) as trainer:
+                for step in trainer.steps():
+                    x = torch.randn(8, 4)
+                    loss = model(x).pow(2).mean()
+                    optimizer.zero_grad()
+                    loss.backward()
+                    optimizer.step()
+                    if stop is not None and step + 1 == stop:
+                        raise_signal(signal.SIGUSR2)
+        except Terminated:
+            pass
+        return digest(model)
+
+    expected = train(tmp_path / "a", None, 0)
+    train(tmp_path / "b", 5, 0)
+    scramble_rngs()
+    assert train(tmp_path / "b", None, 1) == expected
+
+
+def test_missing_state_for_a_given_object_is_an_error(tmp_path: Path) -> None:
+    model = nn.Linear(2, 1)
+    with TorchTrainer(model, total_steps=1, env=make_env(tmp_path), gpu_lookup=no_gpus) as t:
+        t.checkpoint()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    with pytest.raises(ValueError, match="no optimizer state"):
+        TorchTrainer(
+            model, optimizer, total_steps=1, env=make_env(tmp_path), gpu_lookup=no_gpus
+        ).__enter__()
+
+
+def test_sampler_order_and_position() -> None:
+    sampler = ResumableSampler(10, seed=3)
+    epoch0 = list(sampler)
+    assert sorted(epoch0) == list(range(10)) and list(sampler) == epoch0
+    sampler.set_epoch(1)
+    epoch1 = list(sampler)
+    assert epoch1 != epoch0
+    sampler.set_position(1, 4)
+    assert len(sampler) == 6 and list(sampler) == epoch1[4:]
+    shards = [
+        ResumableSampler(10, seed=3, num_replicas=3, rank=r).epoch_indices(0) for r in range(3)
+    ]
+    assert [len(s) for s in shards] == [4, 4, 4]
+    assert set().union(*shards) == set(range(10))
+
+
+# ------------------------------------------------------------------- distributed (gloo)
+def _ddp_worker(rank: int, world: int, init_file: str, root: str, results: Any) -> None:
+    torch.distributed.init_process_group(
+        "gloo", init_method=f"file://{init_file}", rank=rank, world_size=world
+    )
+    try:
+        results.put((rank, _ddp_runs(rank, Path(root))))
+    finally:
+        torch.distributed.destroy_process_group()
+
+
+def _ddp_runs(rank: int, root: Path) -> dict[str, Any]:
+    writes: list[int] = []
+
+    def train(state: Path, restart: int, stop_at: int | None) -> str:
+        torch.manual_seed(100 + rank)  # ranks draw different dropout masks
+        model = nn.Sequential(nn.Linear(4, 16), nn.Dropout(0.3), nn.Linear(16, 1))
+        with torch.no_grad():  # identical start on every rank
+            for p in model.parameters():
+                p.copy_(torch.linspace(-1, 1, p.numel()).reshape(p.shape))
+        ddp = nn.parallel.DistributedDataParallel(model)
+        optimizer = torch.optim.SGD(ddp.parameters(), lr=0.05)
+        env = make_env(state, rank=rank, world_size=2, restart_count=restart)
+        trainer = TorchTrainer(
+            ddp, optimizer, total_steps=10, env=env, gpu_lookup=no_gpus, checkpoint_every_steps=4
+        )
+        original = trainer.session.store.save
+        trainer.session.store.save = lambda *a, **k: writes.append(rank) or original(*a, **k)
+        try:
+            with trainer:
+                for step in trainer.steps():
+                    loss = ddp(torch.randn(8, 4)).pow(2).mean()
+                    optimizer.zero_grad()
+                    loss.backward()
+                    optimizer.step()
+                    if stop_at is not None and step + 1 == stop_at and rank == 1:
+                        raise_signal(signal.SIGTERM)  # only rank 1 is told; both must stop
+        except Terminated:
+            pass
+        return digest(model)
+
+    expected = train(root / "a", 0, None)
+    train(root / "b", 0, 6)
+    return {"expected": expected, "resumed": train(root / "b", 1, None), "writes": writes}
+
+
+def test_distributed_only_rank_zero_writes_and_all_ranks_resume(tmp_path: Path) -> None:
+    context = mp.get_context("spawn")
+    results = context.Queue()
+    processes = [
+        context.Process(
+            target=_ddp_worker, args=(rank, 2, str(tmp_path / "init"), str(tmp_path), results)
+        )
+        for rank in range(2)
+    ]
+    for process in processes:
+        process.start()
+    outcome = dict(results.get(timeout=120) for _ in processes)
+    for process in processes:
+        process.join(timeout=30)
+    assert outcome[0]["writes"] and not outcome[1]["writes"], "only rank 0 writes"
+    for rank in (0, 1):
+        assert outcome[rank]["resumed"] == outcome[rank]["expected"]
+    assert outcome[0]["expected"] == outcome[1]["expected"]
+    assert sorted(p.name for p in (tmp_path / "b").glob("ckpt-*")) == ["ckpt-4", "ckpt-8"]
