@@ -16,6 +16,13 @@ symmetry reduction (core/policies/symmetry.py) applies. "distinct" multiplies ev
 U(0.9, 1.1), so no two jobs are alike and no reduction applies: the worst case.
 
 Wall time is measured here around `allocate()` (best of 3 below 0.5 s).
+
+A second table times minimum makespan and finish-time fairness ("table" rows only: their
+steps make every job distinct anyway). Steps follow Gavel's trace generator: a duration of
+60 * 10^U(1.5, 3) s (80%) or 60 * 10^U(3, 4) s (20%) times the job's V100 rate; arrivals are
+uniform over the last hour, so elapsed times differ (but stay short of most jobs' run times,
+so the cluster's capacity, not one job's speed, sets the optimum). `--steps-only` prints just
+that table.
 """
 
 from __future__ import annotations
@@ -31,6 +38,8 @@ import numpy as np
 
 from slurm_hetsched.core.model import Problem
 from slurm_hetsched.core.policies.base import Policy
+from slurm_hetsched.core.policies.finish_time_fairness import FinishTimeFairnessPerf
+from slurm_hetsched.core.policies.makespan import MinTotalDurationPerf
 from slurm_hetsched.core.policies.max_min_fairness import MaxMinFairnessPerf
 from slurm_hetsched.core.policies.water_filling import MaxMinFairnessWaterFillingPerf
 from slurm_hetsched.core.throughput import ThroughputTable
@@ -88,12 +97,20 @@ def make_problem(case: Case, table: ThroughputTable, seed: int = 0) -> Problem:
     if case.distinct:
         throughput = throughput * rng.uniform(0.9, 1.1, size=throughput.shape)
     per_type = max(8, round(case.fraction * case.n_jobs * 3 / case.n_types))
+    # Steps and arrivals (drawn last, so the throughputs above do not change with them).
+    long = rng.random(case.n_jobs) < 0.2
+    duration_s = 60 * 10 ** np.where(
+        long, rng.uniform(3, 4, case.n_jobs), rng.uniform(1.5, 3, case.n_jobs)
+    )
+    v100 = np.where(throughput[:, 0] > 0, throughput[:, 0], throughput.max(axis=1))
     return Problem(
         job_ids=tuple(f"j{i}" for i in range(case.n_jobs)),
         gpu_types=types,
         throughput=throughput,
         capacity=np.full(len(types), float(per_type)),
         num_gpus=num_gpus,
+        steps=duration_s * v100,
+        arrival_s=-rng.uniform(0, 3600, case.n_jobs),
     )
 
 
@@ -136,6 +153,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="up to 512 jobs")
     parser.add_argument("--large", action="store_true", help="add 100,000 jobs (max-min)")
+    parser.add_argument(
+        "--steps-only", action="store_true", help="only makespan and finish-time fairness"
+    )
     args = parser.parse_args(argv)
     table = shipped_throughputs()
     sizes = (32, 128, 512) if args.quick else (32, 128, 512, 2048, 8192)
@@ -159,6 +179,9 @@ def main(argv: list[str] | None = None) -> int:
         f"{'policy':<37} {'backend':<8} {'jobs':>7} {'types':>5} {'GPUs':>4} {'mix':>6} "
         f"{'rows':>8} {'wall_s':>9} {'objective':>9} {'LPs':>4}"
     )
+    if args.steps_only:
+        print_steps_table(cases, table)
+        return 0
     print(header)
     print("-" * len(header))
     for case in cases:
@@ -181,7 +204,38 @@ def main(argv: list[str] | None = None) -> int:
             case = Case(100_000, 3, 0.25, True, distinct)
             result = timed_with_limit(highs_max_min, case, limit_s=60.0)
             print(f"{'max_min_fairness_perf':<37} {'highs':<8} {case.label()} {result}", flush=True)
+    print()
+    print_steps_table(cases, table)
     return 0
+
+
+def print_steps_table(cases: list[Case], table: ThroughputTable) -> None:
+    """Makespan (seconds) and finish-time fairness (worst rho) on the "table" cases."""
+    header = (
+        f"{'policy':<27} {'backend':<8} {'jobs':>7} {'types':>5} {'GPUs':>4} {'mix':>6} "
+        f"{'rows':>8} {'wall_s':>9} {'objective':>12} {'LPs':>4}"
+    )
+    print(header)
+    print("-" * len(header))
+    for case in cases:
+        if case.distinct:
+            continue
+        problem = make_problem(case, table)
+        runs: list[tuple[str, Policy]] = [
+            ("highs", MinTotalDurationPerf()),
+            ("highs", FinishTimeFairnessPerf()),
+        ]
+        if case.n_jobs <= 2048:
+            runs.append(("cvxpy", MinTotalDurationPerf(backend="cvxpy")))
+        if case.n_jobs <= 512:  # Gavel's convex program (CLARABEL): slow beyond
+            runs.append(("cvxpy", FinishTimeFairnessPerf(backend="cvxpy")))
+        for backend, policy in runs:
+            wall, objective, lps = timed(policy, problem)
+            print(
+                f"{policy.name:<27} {backend:<8} {case.label()} {wall:9.4f} {objective:12.6g} "
+                f"{lps:>4}",
+                flush=True,
+            )
 
 
 if __name__ == "__main__":

@@ -20,18 +20,22 @@ from typing import Any
 
 import numpy as np
 
-from slurm_hetsched.core.catalog import merge_gpu_types, parse_gpu_types
+from slurm_hetsched.core.catalog import merge_gpu_types, parse_gpu_types, parse_site_energy
+from slurm_hetsched.core.costs import EnergyModel, decision_costs
 from slurm_hetsched.core.model import (
     Account,
     AccountPolicy,
+    GpuSlice,
     InvalidProblemError,
     Node,
     PackedPairs,
+    Placement,
     Problem,
 )
 from slurm_hetsched.core.policies import POLICIES, get_policy
+from slurm_hetsched.core.policies.packing import packed_pairs_from_table
 from slurm_hetsched.core.throughput import ThroughputTable, UnknownJobClassError
-from slurm_hetsched.data_files import shipped_gpu_types, shipped_throughputs
+from slurm_hetsched.data_files import shipped_gpu_types, shipped_site_energy, shipped_throughputs
 
 _PROBLEM_KEYS = {"gpus", "nodes", "jobs", "accounts", "gpu_types"}
 _JOB_KEYS = {
@@ -49,8 +53,11 @@ _JOB_KEYS = {
     "slo_s",
     "time_received_s",
     "packed",
+    "allowed_gpus",
+    "running_on",
 }
 _NODE_KEYS = {"name", "gpus", "gpus_in_use", "available"}
+_SLICE_KEYS = {"node", "type", "count"}
 _ACCOUNT_KEYS = {"weight", "policy"}
 
 
@@ -73,7 +80,10 @@ def run_allocate(
 
     Returns:
         {"policy", "allocation": {job: {gpu type: time fraction}}, "objective", "solve_s"},
-        values rounded to 3 digits.
+        values rounded to 3 digits; placement policies add "placement" (job -> its GPUs on
+        nodes; a job left out is postponed). When the problem gives `nodes` or `steps` and
+        every GPU type has busy_w and idle_w, "costs": the decision's expected energy and
+        tardiness (core/costs.py `decision_costs`).
 
     Raises:
         ConfigError: unknown policy name.
@@ -85,27 +95,37 @@ def run_allocate(
     started = time.perf_counter()
     allocation = policy.allocate(problem)
     elapsed = time.perf_counter() - started
-    return dataclasses.replace(allocation, solve_s=elapsed).to_json()
+    out = dataclasses.replace(allocation, solve_s=elapsed).to_json()
+    if problem.energy is not None and (problem.nodes or problem.steps is not None):
+        out["costs"] = decision_costs(problem, allocation.x, allocation.placements)
+    return out
 
 
 def parse_problem(data: Mapping[str, Any], table: ThroughputTable | None = None) -> Problem:
     """The what-if JSON -> a Problem (see run_allocate). Raises InvalidProblemError."""
     _check_keys(data, _PROBLEM_KEYS, "problem")
-    gpu_types, capacity = _capacity(data)
+    gpu_types, capacity, nodes = _capacity(data)
     jobs = data.get("jobs")
     if not isinstance(jobs, list) or not all(isinstance(j, Mapping) for j in jobs):
         raise InvalidProblemError("problem: `jobs` must be a list of objects")
     for job in jobs:
         _check_keys(job, _JOB_KEYS, f"job {job.get('id', '?')!r}")
     ids = tuple(_job_id(job) for job in jobs)
-    num_gpus = np.array([_num_gpus(job) for job in jobs], dtype=np.int64)
+    allowed = [_allowed_gpus(job) for job in jobs]
+    num_gpus = np.array(
+        [_num_gpus(job, a) for job, a in zip(jobs, allowed, strict=True)], dtype=np.int64
+    )
     throughput = np.array(
         [_throughput_row(job, n, gpu_types, table) for job, n in zip(jobs, num_gpus, strict=True)]
     ).reshape(len(jobs), len(gpu_types))
     catalog = shipped_gpu_types()
+    site = shipped_site_energy()
     if "gpu_types" in data:
-        catalog = merge_gpu_types(catalog, parse_gpu_types(_mapping(data, "gpu_types", "problem")))
+        overrides = _mapping(data, "gpu_types", "problem")
+        catalog = merge_gpu_types(catalog, parse_gpu_types(overrides))
+        site = parse_site_energy(overrides, base=site)
     prices = [catalog[t].price_per_hour if t in catalog else None for t in gpu_types]
+    any_allowed = any(a is not None for a in allowed)
     return Problem(
         job_ids=ids,
         gpu_types=gpu_types,
@@ -121,8 +141,17 @@ def parse_problem(data: Mapping[str, Any], table: ThroughputTable | None = None)
         tardiness_weight=_optional_column(jobs, "tardiness_weight", fill=0.0, minimum=0.0),
         slo_s=_optional_column(jobs, "slo_s", fill=math.inf, positive=True),
         received_s=_received(jobs, gpu_types),
-        packed=_packed(jobs, ids, gpu_types),
+        packed=_with_table_pairs(_packed(jobs, ids, gpu_types), jobs, num_gpus, gpu_types, table),
         price_per_hour=None if None in prices else np.array(prices, dtype=float),
+        nodes=nodes,
+        running=_running(jobs, nodes),
+        allowed_gpus=(
+            tuple(a or (int(n),) for a, n in zip(allowed, num_gpus, strict=True))
+            if any_allowed
+            else None
+        ),
+        throughput_at=_throughput_at(jobs, allowed, gpu_types, table) if any_allowed else None,
+        energy=EnergyModel.from_catalog(catalog, site, gpu_types),
     )
 
 
@@ -130,14 +159,15 @@ def parse_problem(data: Mapping[str, Any], table: ThroughputTable | None = None)
 # Pieces of the problem
 
 
-def _capacity(data: Mapping[str, Any]) -> tuple[tuple[str, ...], np.ndarray]:
-    """(GPU types in file order, (n_types,) free GPUs) from `gpus` or `nodes`."""
+def _capacity(data: Mapping[str, Any]) -> tuple[tuple[str, ...], np.ndarray, tuple[Node, ...]]:
+    """(GPU types in file order, (n_types,) free GPUs, the nodes or ()) from `gpus` or `nodes`."""
     if ("gpus" in data) == ("nodes" in data):
         raise InvalidProblemError("problem: give exactly one of `gpus` and `nodes`")
     if "gpus" in data:
         gpus = _mapping(data, "gpus", "problem")
         types_ = tuple(gpus)
-        return types_, np.array([_count(gpus[t], f"gpus / {t!r}") for t in types_], dtype=float)
+        counts = [_count(gpus[t], f"gpus / {t!r}") for t in types_]
+        return types_, np.array(counts, dtype=float), ()
     nodes_json = data["nodes"]
     if not isinstance(nodes_json, list):
         raise InvalidProblemError("problem: `nodes` must be a list of objects")
@@ -159,7 +189,7 @@ def _capacity(data: Mapping[str, Any]) -> tuple[tuple[str, ...], np.ndarray]:
         )
     types_ = tuple(dict.fromkeys(t for node in nodes for t in node.gpus))
     capacity = np.array([sum(node.free_gpus(t) for node in nodes) for t in types_], dtype=float)
-    return types_, capacity
+    return types_, capacity, tuple(nodes)
 
 
 def _job_id(job: Mapping[str, Any]) -> str:
@@ -169,16 +199,96 @@ def _job_id(job: Mapping[str, Any]) -> str:
     return job_id
 
 
-def _num_gpus(job: Mapping[str, Any]) -> int:
+def _num_gpus(job: Mapping[str, Any], allowed: tuple[int, ...] | None = None) -> int:
     where = f"job {job['id']!r}"
     values = {k: job[k] for k in ("num_gpus", "scale_factor") if k in job}
     counts = {k: _count(v, f"{where} / {k}") for k, v in values.items()}
     if len(set(counts.values())) > 1:
         raise InvalidProblemError(f"{where}: num_gpus and scale_factor disagree: {counts}")
-    count = next(iter(counts.values()), 1)
+    count = next(iter(counts.values()), 1 if allowed is None else allowed[0])
     if count < 1:
         raise InvalidProblemError(f"{where}: num_gpus must be >= 1, got {count}")
+    if allowed is not None and count != allowed[0]:
+        raise InvalidProblemError(
+            f"{where}: num_gpus {count} must be the smallest of allowed_gpus {list(allowed)} "
+            "(or leave num_gpus out)"
+        )
     return count
+
+
+def _allowed_gpus(job: Mapping[str, Any]) -> tuple[int, ...] | None:
+    """The job's `allowed_gpus` (GPU counts a placement policy may choose from), ascending."""
+    if "allowed_gpus" not in job:
+        return None
+    where = f"job {job['id']!r} / allowed_gpus"
+    raw = job["allowed_gpus"]
+    if not isinstance(raw, list) or not raw:
+        raise InvalidProblemError(f"{where}: expected a non-empty list of GPU counts, got {raw!r}")
+    counts = sorted({_count(v, where) for v in raw})
+    if counts[0] < 1:
+        raise InvalidProblemError(f"{where}: GPU counts must be >= 1, got {raw!r}")
+    return tuple(counts)
+
+
+def _throughput_at(
+    jobs: list[Mapping[str, Any]],
+    allowed: list[tuple[int, ...] | None],
+    gpu_types: tuple[str, ...],
+    table: ThroughputTable | None,
+) -> np.ndarray:
+    """(n_jobs, n_types, max allowed count) steps/s at every GPU count; NaN = not given.
+
+    A `throughput` given per GPU count fills the counts it names; a `class` fills the counts
+    the table has for that class (a type without a column: 0, cannot run). The rest is NaN,
+    for Problem.rates_at to scale.
+    """
+    width = max(max(a) for a in allowed if a is not None)
+    out = np.full((len(jobs), len(gpu_types), width), np.nan)
+    for m, job in enumerate(jobs):
+        if "class" in job:
+            table = table or shipped_throughputs()
+            known = [t for t in gpu_types if t in table.gpu_types]
+            for g in table.gpu_counts(str(job["class"])):
+                if g <= width:
+                    row = dict(zip(known, table.row(str(job["class"]), g, known), strict=True))
+                    out[m, :, g - 1] = [row.get(t, 0.0) for t in gpu_types]
+            continue
+        for j, t in enumerate(gpu_types):
+            value = _mapping(job, "throughput", f"job {job['id']!r}").get(t, 0.0)
+            if isinstance(value, Mapping):
+                for count, rate in value.items():
+                    at = f"job {job['id']!r} / throughput / {t!r} / {count!r}"
+                    if not str(count).isdigit() or int(count) < 1:
+                        raise InvalidProblemError(f"{at}: a GPU count must be a whole number >= 1")
+                    if int(count) <= width:
+                        out[m, j, int(count) - 1] = _non_negative(rate, at)
+            elif value == 0.0:
+                out[m, j, :] = 0.0  # a type the job cannot run on, at any count
+    return out
+
+
+def _running(jobs: list[Mapping[str, Any]], nodes: tuple[Node, ...]) -> dict[str, Placement]:
+    """Each job's `running_on` ([{"node", "type", "count"}]): where it runs now."""
+    running = {}
+    for job in jobs:
+        if "running_on" not in job:
+            continue
+        where = f"job {job['id']!r} / running_on"
+        if not nodes:
+            raise InvalidProblemError(f"{where}: needs a problem with `nodes`")
+        raw = job["running_on"]
+        if not isinstance(raw, list) or not raw or not all(isinstance(s, Mapping) for s in raw):
+            raise InvalidProblemError(f"{where}: expected [{{node, type, count}}, ...]")
+        slices = []
+        for piece in raw:
+            _check_keys(piece, _SLICE_KEYS, where)
+            missing = sorted(_SLICE_KEYS - set(piece))
+            if missing:
+                raise InvalidProblemError(f"{where}: missing key(s) {missing}")
+            count = _count(piece["count"], f"{where} / count")
+            slices.append(GpuSlice(str(piece["node"]), str(piece["type"]), count))
+        running[str(job["id"])] = Placement(str(job["id"]), tuple(slices))
+    return running
 
 
 def _throughput_row(
@@ -291,6 +401,37 @@ def _packed(
                 a, b = (_non_negative(v, f"{where} / {partner!r} / {t!r}") for v in value)
                 tput[gpu_types.index(t)] = (a, b) if i < j else (b, a)
             pairs[key] = tput
+    if not pairs:
+        return None
+    keys = sorted(pairs)
+    return PackedPairs(pairs=np.array(keys), throughput=np.array([pairs[k] for k in keys]))
+
+
+def _with_table_pairs(
+    given: PackedPairs | None,
+    jobs: list[Mapping[str, Any]],
+    num_gpus: np.ndarray,
+    gpu_types: tuple[str, ...],
+    table: ThroughputTable | None,
+) -> PackedPairs | None:
+    """The given pairs plus every pair of `class` jobs the table lists together (same
+    num_gpus); a pair given in the file wins over the table's."""
+    with_class = [i for i, job in enumerate(jobs) if "class" in job]
+    if len(with_class) < 2:
+        return given
+    found = packed_pairs_from_table(
+        table or shipped_throughputs(),
+        [str(jobs[i]["class"]) for i in with_class],
+        num_gpus[with_class],
+        gpu_types,
+    )
+    pairs: dict[tuple[int, int], np.ndarray] = {}
+    if found is not None:
+        for (a, b), tput in zip(found.pairs, found.throughput, strict=True):
+            pairs[(with_class[a], with_class[b])] = tput
+    if given is not None:
+        for (a, b), tput in zip(given.pairs, given.throughput, strict=True):
+            pairs[(int(a), int(b))] = tput
     if not pairs:
         return None
     keys = sorted(pairs)

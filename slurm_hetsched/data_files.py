@@ -14,7 +14,8 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from slurm_hetsched.core.catalog import parse_gpu_types
+from slurm_hetsched.core.catalog import parse_gpu_types, parse_site_energy
+from slurm_hetsched.core.costs import SiteEnergy
 from slurm_hetsched.core.model import GpuType
 from slurm_hetsched.core.throughput import FORMAT, ThroughputFormatError, ThroughputTable
 from slurm_hetsched.errors import ConfigError
@@ -37,8 +38,13 @@ def shipped_throughputs() -> ThroughputTable:
 
 
 def shipped_gpu_types() -> dict[str, GpuType]:
-    """The shipped `gpu_types.toml`: per GPU type, its price per hour."""
+    """The shipped `gpu_types.toml`: per GPU type, its price per hour and busy/idle power."""
     return parse_gpu_types(tomllib.loads(_shipped_text(GPU_TYPES)), where=GPU_TYPES)
+
+
+def shipped_site_energy() -> SiteEnergy:
+    """The shipped `gpu_types.toml`'s site keys: electricity price, PUE, node base power."""
+    return parse_site_energy(tomllib.loads(_shipped_text(GPU_TYPES)), where=GPU_TYPES)
 
 
 def load_throughputs(path: Path) -> ThroughputTable:

@@ -78,3 +78,7 @@ class SolverError(HetschedError):
             f"{n_types} GPU types, so no allocation was produced; check the problem's "
             "capacities and throughputs, or try another solver"
         )
+
+
+class TraceError(HetschedError, ValueError):
+    """A job trace is malformed or names jobs that cannot run; the message names file and line."""

@@ -1,4 +1,4 @@
-"""The decision core: value types, throughput tables, policies (and later the round mechanism).
+"""The decision core: value types, throughput tables, costs, policies and the round mechanism.
 
 Everything under `core/` is pure: it takes a snapshot and returns a decision. It never reads
 files, the environment or a clock and never starts processes (tests/unit/test_layering.py

@@ -1,8 +1,9 @@
 """The GPU type catalog: per-type site data (`gpu_types.toml`), parsed from an already-read dict.
 
-GPU types are data: the catalog lists whatever types the file names. Parsing is strict
-(unknown keys are rejected with the valid ones listed). No I/O: `slurm_hetsched.data_files`
-reads the file.
+GPU types are data: the catalog lists whatever types the file names, one table each. The
+site-wide energy keys (`electricity_per_kwh`, `pue`, `node_base_w`) are top-level numbers of
+the same file (`parse_site_energy`). Parsing is strict (unknown keys are rejected with the valid
+ones listed). No I/O: `slurm_hetsched.data_files` reads the file.
 """
 
 from __future__ import annotations
@@ -11,40 +12,76 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
+from slurm_hetsched.core.costs import SiteEnergy
 from slurm_hetsched.core.model import GpuType
 from slurm_hetsched.errors import ConfigError
 
-_FIELDS = {"price_per_hour"}
+_FIELDS = {"price_per_hour", "busy_w", "idle_w"}
+SITE_FIELDS = {"electricity_per_kwh", "pue", "node_base_w"}
+
+
+def parse_site_energy(
+    data: Mapping[str, Any], where: str = "gpu_types", base: SiteEnergy | None = None
+) -> SiteEnergy:
+    """The top-level site keys of a `gpu_types.toml` (or a what-if `gpu_types` object).
+
+    Args:
+        data: the parsed TOML; its GPU type tables are ignored here.
+        where: names the source in error messages.
+        base: values for the keys `data` does not give (default: SiteEnergy()'s, no cost).
+
+    Raises:
+        ConfigError: a site key is not a number, is negative, or `pue` is below 1.
+    """
+    base = base or SiteEnergy()
+    values = {
+        "electricity_per_kwh": base.electricity_per_kwh,
+        "pue": base.pue,
+        "node_base_w": base.node_base_w,
+    }
+    for key in SITE_FIELDS & set(data):
+        values[key] = _number(data[key], f"{where}: {key}")
+    try:
+        return SiteEnergy(**values)
+    except ConfigError as exc:
+        raise ConfigError(f"{where}: {exc}") from None
 
 
 def parse_gpu_types(data: Mapping[str, Any], where: str = "gpu_types") -> dict[str, GpuType]:
-    """{type: {"price_per_hour": x}} -> {type: GpuType}.
+    """{type: {"price_per_hour": x, "busy_w": w, "idle_w": w}} -> {type: GpuType}.
+
+    Top-level numbers named in SITE_FIELDS are site keys (see parse_site_energy), skipped here.
 
     Args:
         data: the parsed TOML (or the `gpu_types` object of a what-if problem).
         where: names the source in error messages.
 
     Raises:
-        ConfigError: a table is not a table, a key is unknown, or a price is not a number >= 0.
+        ConfigError: a table is not a table, a key is unknown, a value is not a number >= 0,
+            or idle_w is above busy_w.
     """
     catalog: dict[str, GpuType] = {}
     for name, fields in data.items():
         if not isinstance(fields, Mapping):
-            raise ConfigError(f"{where}: [{name}] must be a table of fields, got {fields!r}")
+            if name in SITE_FIELDS:
+                continue
+            raise ConfigError(
+                f"{where}: [{name}] must be a table of fields, got {fields!r}; top-level "
+                f"numbers may only be the site keys {sorted(SITE_FIELDS)}"
+            )
         unknown = sorted(set(fields) - _FIELDS)
         if unknown:
             raise ConfigError(
                 f"{where}: [{name}] unknown key(s) {unknown}; valid keys are {sorted(_FIELDS)}"
             )
-        price = fields.get("price_per_hour")
-        if price is not None and (
-            isinstance(price, bool)
-            or not isinstance(price, (int, float))
-            or not math.isfinite(price)
-            or price < 0
-        ):
-            raise ConfigError(f"{where}: [{name}] price_per_hour {price!r} must be a number >= 0")
-        catalog[name] = GpuType(name=name, price_per_hour=None if price is None else float(price))
+        values = {
+            key: None if key not in fields else _number(fields[key], f"{where}: [{name}] {key}")
+            for key in ("price_per_hour", "busy_w", "idle_w")
+        }
+        busy, idle = values["busy_w"], values["idle_w"]
+        if busy is not None and idle is not None and idle > busy:
+            raise ConfigError(f"{where}: [{name}] idle_w {idle} is above busy_w {busy}")
+        catalog[name] = GpuType(name=name, **values)
     return catalog
 
 
@@ -55,6 +92,25 @@ def merge_gpu_types(
     merged = dict(base)
     for name, override in overrides.items():
         old = merged.get(name, GpuType(name))
-        price = override.price_per_hour
-        merged[name] = GpuType(name, old.price_per_hour if price is None else price)
+
+        def pick(new: float | None, before: float | None) -> float | None:
+            return before if new is None else new
+
+        merged[name] = GpuType(
+            name,
+            pick(override.price_per_hour, old.price_per_hour),
+            pick(override.busy_w, old.busy_w),
+            pick(override.idle_w, old.idle_w),
+        )
     return merged
+
+
+def _number(value: Any, what: str) -> float:
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, float))
+        or not math.isfinite(value)
+        or value < 0
+    ):
+        raise ConfigError(f"{what} {value!r} must be a number >= 0")
+    return float(value)

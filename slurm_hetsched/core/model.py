@@ -2,7 +2,8 @@
 
 Cluster side: `Node`, `Job`, `ClusterSnapshot`. Decision side: `Problem` (what every policy
 receives), `Allocation` (what it returns: time fractions per job and GPU type), `Placement`
-(one round's GPUs per job) and `RoundState` (what the round mechanism carries between rounds).
+(one round's GPUs per job), `RoundState` (what the round mechanism carries between rounds) and
+`RoundPlan` (one round's actions: keep, move, start, stop).
 
 Conventions, fixed here once:
 - GPU types are data (Slurm GRES type strings such as "v100"), never a list in code.
@@ -20,13 +21,21 @@ import math
 import types
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from slurm_hetsched.errors import HetschedError
 
+if TYPE_CHECKING:
+    from slurm_hetsched.core.costs import EnergyModel
+
 _EMPTY: Mapping[str, Any] = types.MappingProxyType({})
+# Speed-up with more GPUs is sub-linear (ANDREAS): where a job's steps/s at g GPUs is not
+# measured, it is rate(g0) * (g / g0) ** SUBLINEAR_EXPONENT from the nearest measured count g0
+# (Problem.rates_at). 0.8 gives 1.74x on 2 GPUs and 3.03x on 4; the shipped Gavel table's
+# 1 -> 2/4/8-GPU ratios lie mostly between exponents 0.6 and 1.
+SUBLINEAR_EXPONENT = 0.8
 
 
 class InvalidProblemError(HetschedError, ValueError):
@@ -85,10 +94,14 @@ class GpuType:
         name: the Slurm GRES type string, e.g. "v100".
         price_per_hour: rental or amortised price per GPU-hour, for the cost policies; None if
             the site gave none.
+        busy_w: watts of one GPU running a job, for energy costs (core/costs.py); None if none.
+        idle_w: watts of one idle, powered GPU; None if none.
     """
 
     name: str
     price_per_hour: float | None = None
+    busy_w: float | None = None
+    idle_w: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -264,12 +277,24 @@ class Problem:
         received_s: (n_jobs, n_types) seconds received per type since the allocation reset.
         packed: pair throughputs for space sharing, or None.
         price_per_hour: (n_types,) price per GPU-hour, or None.
+        nodes: the nodes behind `capacity`, for policies that place jobs on nodes (ANDREAS and
+            the exclusive baselines); () when the problem gives only GPU counts. If given,
+            `capacity` is their free GPUs per type (available nodes, minus `gpus_in_use`).
+        running: job -> where it runs now (jobs not running are absent); placement policies
+            keep (exclusive baselines) or re-plan (ANDREAS) these. Needs `nodes`.
+        allowed_gpus: (n_jobs,) the GPU counts each job may run with, ascending, the smallest
+            being its `num_gpus`; None = every job runs on exactly its `num_gpus` (live jobs).
+        throughput_at: (n_jobs, n_types, max_gpus) steps/s on 1..max_gpus GPUs, NaN = not
+            measured; None = only `throughput` (at num_gpus) is known. See `rates_at`.
+        energy: power and price data for energy costs (core/costs.py), or None.
         runnable: derived, (n_jobs, n_types) bool: throughput > 0 and the type has at least
             `num_gpus` GPUs (a job's GPUs are all of one type).
 
     Raises:
         InvalidProblemError: on bad shapes, non-finite or negative values, duplicate ids, zero
-            total capacity with jobs present, or a job that no GPU type can run.
+            total capacity with jobs present, or a job that no GPU type can run; nodes that
+            disagree with `capacity`, a running placement on GPUs the nodes do not have, or
+            allowed GPU counts that do not start at `num_gpus`.
     """
 
     job_ids: tuple[str, ...]
@@ -289,6 +314,11 @@ class Problem:
     received_s: np.ndarray | None = None  # (n_jobs, n_types) s
     packed: PackedPairs | None = None
     price_per_hour: np.ndarray | None = None  # (n_types,)
+    nodes: tuple[Node, ...] = ()
+    running: Mapping[str, Placement] = field(default_factory=lambda: _EMPTY)
+    allowed_gpus: tuple[tuple[int, ...], ...] | None = None  # (n_jobs,)
+    throughput_at: np.ndarray | None = None  # (n_jobs, n_types, max_gpus) steps/s; NaN = unknown
+    energy: EnergyModel | None = None
     runnable: np.ndarray = field(init=False, repr=False, compare=False)  # (n_jobs, n_types) bool
 
     def __post_init__(self) -> None:
@@ -337,6 +367,7 @@ class Problem:
         runnable.flags.writeable = False
         set_("runnable", runnable)
         self._check_runnable()
+        _check_placement_fields(self)
 
     @property
     def n_jobs(self) -> int:
@@ -356,6 +387,36 @@ class Problem:
         if value is None:
             raise InvalidProblemError(f"policy {policy!r} needs `{name}` for every job")
         return value  # type: ignore[no-any-return]
+
+    def gpu_options(self, m: int) -> tuple[int, ...]:
+        """The GPU counts job row `m` may run with: `allowed_gpus[m]`, else its num_gpus."""
+        if self.allowed_gpus is None:
+            return (int(self.num_gpus[m]),)
+        return self.allowed_gpus[m]
+
+    def rates_at(self, num_gpus: int) -> np.ndarray:
+        """(n_jobs, n_types) steps/s of every job on `num_gpus` GPUs of each type.
+
+        Measured where known: `throughput` at the job's own num_gpus, `throughput_at` at other
+        counts. Elsewhere scaled sub-linearly from the nearest measured count g0 (the largest
+        below `num_gpus`, else the smallest above): rate(g0) * (num_gpus / g0) **
+        SUBLINEAR_EXPONENT. A 0 at g0 (cannot run there) stays 0.
+        """
+        n, k = self.n_jobs, self.n_types
+        width = max(num_gpus, int(self.num_gpus.max(initial=1)))
+        if self.throughput_at is not None:
+            width = max(width, self.throughput_at.shape[2])
+        known = np.full((n, k, width), np.nan)
+        if self.throughput_at is not None:
+            known[:, :, : self.throughput_at.shape[2]] = self.throughput_at
+        known[np.arange(n), :, self.num_gpus - 1] = self.throughput
+        counts = np.arange(1, width + 1)
+        measured = ~np.isnan(known)
+        below = np.where(measured & (counts <= num_gpus), counts, 0).max(axis=2)
+        above = np.where(measured & (counts > num_gpus), counts, width + 1).min(axis=2)
+        base = np.where(below > 0, below, above)  # (n, k): always measured at num_gpus[m]
+        rate = np.take_along_axis(known, (base - 1)[:, :, None], axis=2)[:, :, 0]
+        return np.asarray(rate * (num_gpus / base) ** SUBLINEAR_EXPONENT)
 
     def _check_values(self) -> None:
         def first_bad(values: np.ndarray, bad: np.ndarray, what: str, rule: str) -> None:
@@ -418,6 +479,72 @@ def _check_unique(names: tuple[str, ...], what: str) -> None:
         seen.add(name)
 
 
+def _check_placement_fields(p: Problem) -> None:
+    """Validate and freeze `nodes`, `running`, `allowed_gpus` and `throughput_at`."""
+    n, k = p.n_jobs, p.n_types
+    _set(p, "nodes", tuple(p.nodes))
+    _set(p, "running", _frozen_mapping(p.running))
+    if p.nodes:
+        _check_unique(tuple(node.name for node in p.nodes), "node")
+        free = dict.fromkeys(p.gpu_types, 0)
+        for node in p.nodes:
+            for t in node.gpus:
+                if t not in free:
+                    raise InvalidProblemError(
+                        f"node {node.name!r}: GPU type {t!r} is not one of {list(p.gpu_types)}"
+                    )
+                free[t] += node.free_gpus(t)
+        if not np.array_equal(np.array([free[t] for t in p.gpu_types], float), p.capacity):
+            raise InvalidProblemError(
+                f"capacity {p.capacity.tolist()} disagrees with the nodes' free GPUs {free}"
+            )
+    if p.allowed_gpus is not None:
+        if len(p.allowed_gpus) != n:
+            raise InvalidProblemError(f"allowed_gpus: {len(p.allowed_gpus)} entries for {n} jobs")
+        allowed = tuple(tuple(int(g) for g in counts) for counts in p.allowed_gpus)
+        for m, counts in enumerate(allowed):
+            if not counts or list(counts) != sorted(set(counts)) or counts[0] != p.num_gpus[m]:
+                raise InvalidProblemError(
+                    f"job {p.job_ids[m]!r}: allowed GPU counts {list(counts)} must be distinct, "
+                    f"ascending, and start at its num_gpus {int(p.num_gpus[m])}"
+                )
+        _set(p, "allowed_gpus", allowed)
+    if p.throughput_at is not None:
+        at = np.array(p.throughput_at, dtype=float, copy=True)
+        if at.ndim != 3 or at.shape[:2] != (n, k) or at.shape[2] < 1:
+            raise InvalidProblemError(
+                f"throughput_at: shape {at.shape}, expected ({n}, {k}, max_gpus >= 1)"
+            )
+        if np.isinf(at).any() or (at < 0).any():
+            raise InvalidProblemError("throughput_at: entries must be finite and >= 0, or NaN")
+        at.flags.writeable = False
+        _set(p, "throughput_at", at)
+    node_by_name = {node.name: node for node in p.nodes}
+    used: dict[tuple[str, str], int] = {}
+    for job_id, placement in p.running.items():
+        if job_id not in p.job_ids or placement.job_id != job_id:
+            raise InvalidProblemError(
+                f"running: placement of {placement.job_id!r} filed under {job_id!r}; expected "
+                "a job of the problem filed under its own id"
+            )
+        m = p.job_ids.index(job_id)
+        if placement.num_gpus not in p.gpu_options(m):
+            raise InvalidProblemError(
+                f"job {job_id!r} runs on {placement.num_gpus} GPUs; its allowed counts are "
+                f"{list(p.gpu_options(m))}"
+            )
+        for piece in placement.slices:
+            host = node_by_name.get(piece.node)
+            key = (piece.node, piece.gpu_type)
+            used[key] = used.get(key, 0) + piece.count
+            if host is None or used[key] > host.free_gpus(piece.gpu_type):
+                raise InvalidProblemError(
+                    f"job {job_id!r} runs on {used[key]} {piece.gpu_type} GPU(s) of node "
+                    f"{piece.node!r}, which has "
+                    f"{0 if host is None else host.free_gpus(piece.gpu_type)} free"
+                )
+
+
 def _checked_packed(packed: PackedPairs, n: int, k: int, num_gpus: np.ndarray) -> PackedPairs:
     pairs = np.array(packed.pairs, dtype=np.int64, copy=True).reshape(-1, 2)
     m = len(pairs)
@@ -452,6 +579,17 @@ class Allocation:
         policy: the registered name of the policy that produced it.
         status: the solver status; always "optimal" for an allocation a policy returns.
         solves: how many solver calls it took (LPs, for the max-min policies).
+        pairs: space sharing (`*_packed` policies): the candidate pairs of job ids, in the
+            order of the problem's `packed.pairs`; () for other policies.
+        pair_x: (n_pairs, n_types) time fractions each pair spends sharing GPUs of each type
+            (num_gpus GPUs for the two jobs together), or None for other policies. Then `x`
+            is each job's time alone: job m's row sum plus the pair_x rows of its pairs is
+            <= 1, and num_gpus @ x + pair num_gpus @ pair_x <= capacity.
+        unmet_slos: policies with SLOs: the jobs whose SLO this allocation does not meet (it
+            meets all the others); None for policies that do not consider SLOs.
+        placements: policies that place jobs on nodes (ANDREAS, the exclusive baselines):
+            job -> its GPUs now, with x 1 on that type; a job absent is postponed. None for
+            time-fraction policies.
     """
 
     job_ids: tuple[str, ...]
@@ -462,10 +600,23 @@ class Allocation:
     policy: str
     status: str = "optimal"
     solves: int = 1
+    pairs: tuple[tuple[str, str], ...] = ()
+    pair_x: np.ndarray | None = None  # (n_pairs, n_types) time fractions of each pair
+    unmet_slos: tuple[str, ...] | None = None
+    placements: Mapping[str, Placement] | None = None
 
     def __post_init__(self) -> None:
         shape = (len(self.job_ids), len(self.gpu_types))
         _set(self, "x", _frozen_array(self.x, float, "allocation x", shape))
+        if self.placements is not None:
+            _set(self, "placements", _frozen_mapping(self.placements))
+        _set(self, "pairs", tuple((str(a), str(b)) for a, b in self.pairs))
+        if self.pair_x is not None or self.pairs:
+            pair_shape = (len(self.pairs), len(self.gpu_types))
+            pair_x = np.zeros(pair_shape) if self.pair_x is None else self.pair_x
+            _set(self, "pair_x", _frozen_array(pair_x, float, "allocation pair_x", pair_shape))
+        if self.unmet_slos is not None:
+            _set(self, "unmet_slos", tuple(self.unmet_slos))
 
     def share(self, job_id: str) -> dict[str, float]:
         """Time fraction per GPU type of one job."""
@@ -473,8 +624,13 @@ class Allocation:
         return {t: float(v) for t, v in zip(self.gpu_types, row, strict=True)}
 
     def to_json(self, digits: int = 3) -> dict[str, Any]:
-        """The "What-if allocation" output of docs/interfaces.md, values rounded to `digits`."""
-        return {
+        """The "What-if allocation" output of docs/interfaces.md, values rounded to `digits`.
+
+        Space sharing adds "packed": [{"jobs": [a, b], "allocation": {type: fraction}}] for
+        the pairs with a non-zero rounded share; policies with SLOs add "unmet_slos";
+        placement policies add "placement": {job: [{"node", "type", "count"}]}.
+        """
+        out: dict[str, Any] = {
             "policy": self.policy,
             "allocation": {
                 job: {
@@ -486,6 +642,26 @@ class Allocation:
             "objective": round(float(self.objective), digits),
             "solve_s": round(float(self.solve_s), digits),
         }
+        if self.pair_x is not None:
+            out["packed"] = [
+                {
+                    "jobs": list(pair),
+                    "allocation": {
+                        t: round(float(v), digits) + 0.0
+                        for t, v in zip(self.gpu_types, row, strict=True)
+                    },
+                }
+                for pair, row in zip(self.pairs, self.pair_x, strict=True)
+                if np.round(row, digits).any()
+            ]
+        if self.unmet_slos is not None:
+            out["unmet_slos"] = list(self.unmet_slos)
+        if self.placements is not None:  # placement policies: jobs left out are postponed
+            out["placement"] = {
+                job: [{"node": s.node, "type": s.gpu_type, "count": s.count} for s in p.slices]
+                for job, p in sorted(self.placements.items())
+            }
+        return out
 
 
 # ----------------------------------------------------------------------------------------------
@@ -533,6 +709,13 @@ class RoundState:
             allocation reset (Gavel's time-so-far; the priority is allocation / share received).
         allocation: the allocation the rounds currently realise, or None before the first.
         placements: job id -> its current placement (jobs not running are absent).
+        deficit_s: (n_jobs, n_types) Gavel's deficit: seconds each job should have received on
+            each type by its allocation minus what it received, summed over the periods
+            between resets (a tie-breaker between equal priorities); default zeros.
+        last_reset_s: when `received_s` was last reset, on the snapshot's clock; None before
+            the first reset.
+        reset_pending: the allocation changed since the last reset, and the reset waits for
+            the minimum interval between resets (docs/mechanism.md).
     """
 
     round: int
@@ -541,14 +724,64 @@ class RoundState:
     received_s: np.ndarray  # (n_jobs, n_types) seconds
     allocation: Allocation | None = None
     placements: Mapping[str, Placement] = field(default_factory=lambda: _EMPTY)
+    deficit_s: np.ndarray = None  # type: ignore[assignment]  # (n_jobs, n_types) s; default 0
+    last_reset_s: float | None = None
+    reset_pending: bool = False
 
     def __post_init__(self) -> None:
         shape = (len(self.job_ids), len(self.gpu_types))
         _set(self, "received_s", _frozen_array(self.received_s, float, "received_s", shape))
+        deficit = np.zeros(shape) if self.deficit_s is None else self.deficit_s
+        _set(self, "deficit_s", _frozen_array(deficit, float, "deficit_s", shape))
         _set(self, "placements", _frozen_mapping(self.placements))
+        known = set(self.job_ids)
+        for job_id, placement in self.placements.items():
+            if job_id not in known or placement.job_id != job_id:
+                raise InvalidProblemError(
+                    f"round state: placement of {placement.job_id!r} filed under {job_id!r}; "
+                    "expected a job of `job_ids` filed under its own id"
+                )
 
     @classmethod
     def initial(cls, gpu_types: Iterable[str]) -> RoundState:
         """The state before the first round: no jobs, nothing received, nothing placed."""
         types_ = tuple(gpu_types)
         return cls(round=0, job_ids=(), gpu_types=types_, received_s=np.zeros((0, len(types_))))
+
+
+@dataclass(frozen=True, slots=True)
+class RoundPlan:
+    """One round's actions, as differences from the last round, for the enactor.
+
+    Every job placed this round is in exactly one of `keep`, `move` and `start`.
+
+    Attributes:
+        round: the round's index (1 for the first).
+        keep: job -> its placement, the same GPUs as last round (lease extension: leave it).
+        move: job -> its new placement; it ran last round elsewhere (checkpoint, then place).
+        start: job -> its placement; it did not run last round.
+        stop: jobs that ran last round, are still in the snapshot, and are not placed now
+            (checkpoint and hold), sorted.
+        priority: job of the allocation -> the priority it was chosen with, or its highest
+            priority over GPU types if not placed (for logs and the admin comment).
+        reset: True when this round reset the received time (a new allocation took effect).
+    """
+
+    round: int
+    keep: Mapping[str, Placement] = field(default_factory=lambda: _EMPTY)
+    move: Mapping[str, Placement] = field(default_factory=lambda: _EMPTY)
+    start: Mapping[str, Placement] = field(default_factory=lambda: _EMPTY)
+    stop: tuple[str, ...] = ()
+    priority: Mapping[str, float] = field(default_factory=lambda: _EMPTY)
+    reset: bool = False
+
+    def __post_init__(self) -> None:
+        for name in ("keep", "move", "start", "priority"):
+            _set(self, name, _frozen_mapping(getattr(self, name)))
+        _set(self, "stop", tuple(self.stop))
+
+    @property
+    def placements(self) -> dict[str, Placement]:
+        """Every job placed this round (keep, move and start), by job id, sorted."""
+        merged = {**self.keep, **self.move, **self.start}
+        return {job_id: merged[job_id] for job_id in sorted(merged)}

@@ -7,8 +7,28 @@ heterogeneity-agnostic baseline that sees every GPU type as the same.
 
 from __future__ import annotations
 
+from slurm_hetsched.core.policies.andreas import Andreas
 from slurm_hetsched.core.policies.base import Policy
+from slurm_hetsched.core.policies.cost import (
+    MaxSumThroughputNormalizedByCostPerf,
+    MaxSumThroughputNormalizedByCostPerfSLOs,
+)
+from slurm_hetsched.core.policies.exclusive import EdfExclusive, FifoExclusive, PriorityExclusive
+from slurm_hetsched.core.policies.fifo import Fifo, FifoPerf
+from slurm_hetsched.core.policies.finish_time_fairness import (
+    FinishTimeFairness,
+    FinishTimeFairnessPerf,
+)
+from slurm_hetsched.core.policies.makespan import MinTotalDuration, MinTotalDurationPerf
 from slurm_hetsched.core.policies.max_min_fairness import MaxMinFairness, MaxMinFairnessPerf
+from slurm_hetsched.core.policies.packing import (
+    MaxMinFairnessPacked,
+    MaxMinFairnessPerfPacked,
+    MinTotalDurationPacked,
+    MinTotalDurationPerfPacked,
+)
+from slurm_hetsched.core.policies.shortest_job_first import ShortestJobFirstPerf
+from slurm_hetsched.core.policies.throughput import MaxSumThroughputPerf
 from slurm_hetsched.core.policies.water_filling import (
     MaxMinFairnessWaterFilling,
     MaxMinFairnessWaterFillingPerf,
@@ -22,6 +42,24 @@ POLICIES: dict[str, type[Policy]] = {
         MaxMinFairness,
         MaxMinFairnessWaterFillingPerf,
         MaxMinFairnessWaterFilling,
+        FifoPerf,
+        Fifo,
+        ShortestJobFirstPerf,
+        MinTotalDurationPerf,
+        MinTotalDuration,
+        FinishTimeFairnessPerf,
+        FinishTimeFairness,
+        MaxSumThroughputPerf,
+        MaxSumThroughputNormalizedByCostPerf,
+        MaxSumThroughputNormalizedByCostPerfSLOs,
+        MaxMinFairnessPerfPacked,
+        MaxMinFairnessPacked,
+        MinTotalDurationPerfPacked,
+        MinTotalDurationPacked,
+        Andreas,
+        FifoExclusive,
+        EdfExclusive,
+        PriorityExclusive,
     )
 }
 

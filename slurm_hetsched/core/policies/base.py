@@ -19,6 +19,7 @@ No I/O.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import ClassVar, Protocol
 
 import cvxpy as cp
@@ -26,7 +27,14 @@ import numpy as np
 import scipy.sparse as sp
 
 from slurm_hetsched.core.model import Allocation, Problem
-from slurm_hetsched.core.policies.lp import INF, RowBlock
+from slurm_hetsched.core.policies.lp import (
+    INF,
+    LpSolution,
+    RowBlock,
+    SparseLP,
+    solve_highs,
+    stack_rows,
+)
 from slurm_hetsched.errors import SolverError
 
 # A returned solution may violate a constraint by this much (solver tolerances are ~1e-7);
@@ -196,3 +204,171 @@ def empty_allocation(problem: Problem, policy: str) -> Allocation:
         policy=policy,
         solves=0,
     )
+
+
+# ----------------------------------------------------------------------------------------------
+# Shared by the policies on steps and seconds (FIFO, shortest job first, makespan, finish-time
+# fairness) and the linear ones (throughput, cost).
+
+
+def rate_matrix(problem: Problem, agnostic: bool = False) -> np.ndarray:
+    """(n_jobs, n_types) steps/s for the policies whose objective is in steps or seconds.
+
+    Heterogeneity-aware: the measured throughput where the job can run, 0 elsewhere. With
+    `agnostic`, every type a job can run on counts as the same: each runnable entry is the
+    job's mean throughput over those types. Gavel's agnostic baselines take every entry as 1,
+    which changes nothing for scale-free objectives (max-min, FIFO) but would turn steps into
+    seconds for makespan and finish-time fairness; the mean keeps the units, so on a
+    homogeneous cluster an agnostic policy gives exactly the aware answer (Gavel section 4.4).
+    """
+    throughput = np.where(problem.runnable, problem.throughput, 0.0)
+    if not agnostic or problem.n_jobs == 0:
+        return throughput
+    mean = throughput.sum(axis=1) / np.maximum(problem.runnable.sum(axis=1), 1)
+    return np.where(problem.runnable, mean[:, None], 0.0)
+
+
+def best_rate(throughput: np.ndarray) -> np.ndarray:
+    """(n_jobs,) steps/s with all of a job's time on its fastest type (Gavel's X^fastest).
+
+    Args:
+        throughput: (n_jobs, n_types) from rate_matrix (0 where the job cannot run). A job
+            can always spend all its time on a type it can run on: such a type has at least
+            num_gpus GPUs.
+    """
+    return np.asarray(throughput.max(axis=1, initial=0.0))
+
+
+def equal_split(problem: Problem) -> np.ndarray:
+    """(n_jobs, n_types) the weighted equal split: Gavel's X^isolated ("1/n of the cluster").
+
+    Job m gets w_m / sum(w) of every type's GPUs where it can run, that is time fraction
+    share_m * capacity_j / num_gpus_m; a row summing to more than 1 is scaled down to 1. It is
+    always feasible.
+    """
+    share = problem.weight / problem.weight.sum()
+    x = share[:, None] * problem.capacity[None, :] / problem.num_gpus[:, None]
+    x = np.where(problem.runnable, x, 0.0)
+    return np.asarray(x / np.maximum(x.sum(axis=1, keepdims=True), 1.0))
+
+
+def rates(throughput: np.ndarray, x: np.ndarray) -> np.ndarray:
+    """(n_jobs,) steps/s of each job under x: sum_j throughput[m, j] * x[m, j]."""
+    return np.asarray(np.sum(throughput * x, axis=1))
+
+
+@dataclass(frozen=True, slots=True)
+class ValueLP:
+    """The LP `maximize sum(value * x)` s.t. rate floors and the base constraints, and its
+    layout.
+
+    Columns are one x entry per allowed (row, type). Rows are the floor rows (if any), then
+    the base rows (base_rows).
+    """
+
+    lp: SparseLP
+    rows: np.ndarray  # (n_entries,) row of each column
+    cols: np.ndarray  # (n_entries,) GPU type of each column
+    shape: tuple[int, int]  # (n_rows, n_types)
+
+    def unpack(self, solution: LpSolution) -> np.ndarray:
+        """x, shape (n_rows, n_types)."""
+        x = np.zeros(self.shape)
+        x[self.rows, self.cols] = solution.columns
+        return x
+
+
+def value_lp(
+    value: np.ndarray,
+    allowed: np.ndarray,
+    gpus_per_row: np.ndarray,
+    capacity: np.ndarray,
+    floor_rate: np.ndarray | None = None,
+    floor: np.ndarray | None = None,
+) -> ValueLP:
+    """Build `maximize sum_mj value[m, j] x[m, j]` over the allowed entries, subject to the
+    base constraints and, where floor[m] > 0, sum_j floor_rate[m, j] x[m, j] >= floor[m].
+
+    Args:
+        value: (n_rows, n_types) objective coefficients.
+        allowed: (n_rows, n_types) bool; only these entries get a column (x = 0 elsewhere).
+        gpus_per_row: (n_rows,) GPUs used per unit of time fraction.
+        capacity: (n_types,) GPUs per type.
+        floor_rate: (n_rows, n_types) steps/s, for the floors.
+        floor: (n_rows,) the rate each row must reach (0 = no floor row).
+    """
+    n_rows, n_types = value.shape
+    rows, cols = np.nonzero(allowed)
+    n_entries = len(rows)
+    blocks = [base_rows(rows, cols, n_rows, gpus_per_row, capacity)]
+    if floor is not None and floor_rate is not None and np.any(floor > 0):
+        floored = np.flatnonzero(floor > 0)
+        position = np.full(n_rows, -1)
+        position[floored] = np.arange(len(floored))
+        keep = position[rows] >= 0
+        matrix = sp.csr_matrix(
+            (floor_rate[rows[keep], cols[keep]], (position[rows[keep]], np.flatnonzero(keep))),
+            shape=(len(floored), n_entries),
+        )
+        blocks.insert(0, RowBlock(matrix, floor[floored], np.full(len(floored), INF)))
+    lp = SparseLP(
+        cost=value[rows, cols],
+        col_lower=np.zeros(n_entries),
+        col_upper=np.ones(n_entries),
+        rows=stack_rows(blocks),
+        maximize=True,
+    )
+    return ValueLP(lp=lp, rows=rows, cols=cols, shape=(n_rows, n_types))
+
+
+def maximize_value(
+    problem: Problem,
+    value: np.ndarray,
+    backend: str,
+    solver: str,
+    policy: str,
+    floor_rate: np.ndarray | None = None,
+    floor: np.ndarray | None = None,
+) -> tuple[np.ndarray, float]:
+    """Solve `maximize sum(value * x)` over the base constraints, with optional rate floors.
+
+    Args:
+        problem: for the base constraints.
+        value: (n_jobs, n_types) objective coefficients; entries <= 0 get no time (x = 0).
+        backend: "highs" (value_lp solved by HiGHS directly) or "cvxpy" (with `solver`).
+        policy: for error messages.
+        floor_rate: (n_jobs, n_types) steps/s, and floor: (n_jobs,) steps/s; where
+            floor[m] > 0, job m must reach sum_j floor_rate[m, j] x[m, j] >= floor[m].
+
+    Returns:
+        (x (n_jobs, n_types) as the solver returned it, solve seconds).
+
+    Raises:
+        SolverError: the solve did not end optimal (status "infeasible" when floors cannot
+            all be met).
+    """
+    allowed = problem.runnable & (value > 0)
+    if backend == "cvxpy":
+        x = cp.Variable(value.shape, nonneg=True)  # (n_jobs, n_types) time fractions
+        blocked = (~allowed).astype(float)
+        constraints = [*base_constraints(x, problem), cp.sum(cp.multiply(blocked, x)) == 0]
+        if floor is not None and floor_rate is not None and np.any(floor > 0):
+            floored = np.flatnonzero(floor > 0)
+            rate = cp.sum(cp.multiply(floor_rate, x), axis=1)
+            constraints.append(rate[floored] >= floor[floored])
+        program = cp.Problem(cp.Maximize(cp.sum(cp.multiply(value, x))), constraints)
+        solve_s = solve_cvxpy(program, policy, problem, solver)
+        return np.asarray(x.value), solve_s
+    lp = value_lp(
+        value, allowed, problem.num_gpus.astype(float), problem.capacity, floor_rate, floor
+    )
+    solution = solve_highs(lp.lp, policy=policy, n_jobs=problem.n_jobs, n_types=problem.n_types)
+    return lp.unpack(solution), solution.solve_s
+
+
+def fifo_order(problem: Problem) -> np.ndarray:
+    """(n_jobs,) each job's position in arrival order (arrival_s, then job id), from 0."""
+    order = np.lexsort((np.array(problem.job_ids, dtype=str), problem.arrival_s))
+    rank = np.empty(problem.n_jobs, dtype=np.int64)
+    rank[order] = np.arange(problem.n_jobs)
+    return rank

@@ -1,0 +1,440 @@
+"""Energy and tardiness costs: node power, the cost per unit time c(n, g), and the energy, cost
+and tardiness of jobs, rounds and runs (ANDREAS, docs/policies.md "Energy and tardiness").
+
+The power model (data from `gpu_types.toml`, see `SiteEnergy` and `EnergyModel`):
+
+- a powered node of GPU type t with G GPUs, g of them busy, draws
+  P(n, g) = node_base_w + g * busy_w[t] + (G - g) * idle_w[t]  watts (IT power, as metered);
+- its cost per hour is c(n, g) = P(n, g) / 1000 * pue * electricity_per_kwh: facility energy
+  (IT energy times PUE) at the site's price;
+- a job on g GPUs of such a node is attributed P_job = g * busy_w[t] + g / G * node_base_w: its
+  GPUs' busy power and its GPUs' share of the node's base power. The jobs on a full node add up
+  to P(n, G); what a partly used node draws beyond its jobs (idle GPUs, the unused share of the
+  base power) is the node's idle power, counted in round and run totals but not charged to any
+  job. P_job is linear in g, as ANDREAS assumes.
+
+Energies are IT energies in kWh (what node meters measure); costs multiply them by PUE and the
+price. Tardiness is max(0, end - due) seconds, and its cost is the tardiness weight times it;
+a job without a due date (NaN) is never late.
+
+Pure: numbers in, numbers out. No I/O, no clock.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from slurm_hetsched.errors import ConfigError
+
+if TYPE_CHECKING:  # type names only: model.py imports this module
+    from slurm_hetsched.core.model import GpuType, Placement, Problem
+
+J_PER_KWH = 3.6e6
+S_PER_H = 3600.0
+
+
+def _non_negative(value: float, what: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ConfigError(f"{what} {value!r} must be a number")
+    if not (math.isfinite(value) and value >= 0):
+        raise ConfigError(f"{what} {value!r} must be a finite number >= 0")
+    return float(value)
+
+
+@dataclass(frozen=True, slots=True)
+class SiteEnergy:
+    """Site-wide energy data (the top-level keys of `gpu_types.toml`).
+
+    Attributes:
+        electricity_per_kwh: price of one kWh of facility energy, in the site's currency.
+        pue: power usage effectiveness (facility energy / IT energy), >= 1.
+        node_base_w: power of a node without its GPUs (CPUs, memory, fans), in watts.
+    """
+
+    electricity_per_kwh: float = 0.0
+    pue: float = 1.0
+    node_base_w: float = 0.0
+
+    def __post_init__(self) -> None:
+        _non_negative(self.electricity_per_kwh, "electricity_per_kwh")
+        _non_negative(self.node_base_w, "node_base_w")
+        if not (_non_negative(self.pue, "pue") >= 1.0):
+            raise ConfigError(f"pue {self.pue!r} must be >= 1 (facility / IT energy)")
+
+
+@dataclass(frozen=True, slots=True)
+class EnergyModel:
+    """Per-GPU-type busy and idle power plus the site's data: everything a cost needs.
+
+    Attributes:
+        busy_w: GPU type -> watts of one GPU running a training job.
+        idle_w: GPU type -> watts of one idle GPU (powered, no job).
+        site: price, PUE and node base power.
+
+    Raises:
+        ConfigError: a negative or non-finite power, idle power above busy power, or a type
+            with only one of the two.
+    """
+
+    busy_w: Mapping[str, float]
+    idle_w: Mapping[str, float]
+    site: SiteEnergy = field(default_factory=SiteEnergy)
+
+    def __post_init__(self) -> None:
+        if set(self.busy_w) != set(self.idle_w):
+            odd = sorted(set(self.busy_w) ^ set(self.idle_w))
+            raise ConfigError(f"GPU type(s) {odd}: give both busy_w and idle_w, or neither")
+        for t in self.busy_w:
+            busy = _non_negative(self.busy_w[t], f"[{t}] busy_w")
+            idle = _non_negative(self.idle_w[t], f"[{t}] idle_w")
+            if idle > busy:
+                raise ConfigError(f"[{t}] idle_w {idle} is above busy_w {busy}")
+        object.__setattr__(self, "busy_w", dict(self.busy_w))
+        object.__setattr__(self, "idle_w", dict(self.idle_w))
+
+    @classmethod
+    def from_catalog(
+        cls, catalog: Mapping[str, GpuType], site: SiteEnergy, gpu_types: Iterable[str]
+    ) -> EnergyModel | None:
+        """The model for `gpu_types`, or None if one of them lacks busy_w or idle_w."""
+        busy, idle = {}, {}
+        for t in gpu_types:
+            entry = catalog.get(t)
+            if entry is None or entry.busy_w is None or entry.idle_w is None:
+                return None
+            busy[t], idle[t] = entry.busy_w, entry.idle_w
+        return cls(busy, idle, site)
+
+    def has(self, gpu_types: Iterable[str]) -> bool:
+        """Whether the model knows every one of `gpu_types`."""
+        return all(t in self.busy_w for t in gpu_types)
+
+    def busy_array(self, gpu_types: Sequence[str]) -> np.ndarray:
+        """(len(gpu_types),) busy watts per GPU. Raises KeyError for an unknown type."""
+        return np.array([self.busy_w[t] for t in gpu_types], dtype=float)
+
+    def idle_array(self, gpu_types: Sequence[str]) -> np.ndarray:
+        """(len(gpu_types),) idle watts per GPU. Raises KeyError for an unknown type."""
+        return np.array([self.idle_w[t] for t in gpu_types], dtype=float)
+
+    @property
+    def cost_per_kwh(self) -> float:
+        """Cost of one kWh of IT energy: price times PUE (ANDREAS: 0.172 x 1.33 = 0.22876)."""
+        return self.site.electricity_per_kwh * self.site.pue
+
+    def node_power_w(self, gpu_type: str, node_gpus: Any, busy_gpus: Any) -> Any:
+        """P(n, g): watts of a powered node with `node_gpus` GPUs of `gpu_type`, `busy_gpus` busy.
+
+        Arrays broadcast. A node needs 0 <= busy_gpus <= node_gpus (not checked).
+        """
+        busy, idle = self.busy_w[gpu_type], self.idle_w[gpu_type]
+        return self.site.node_base_w + busy_gpus * busy + (node_gpus - busy_gpus) * idle
+
+    def node_cost_per_h(self, gpu_type: str, node_gpus: Any, busy_gpus: Any) -> Any:
+        """c(n, g): the node's cost per hour, facility energy at the site's price."""
+        return self.node_power_w(gpu_type, node_gpus, busy_gpus) / 1000.0 * self.cost_per_kwh
+
+    def job_power_w(self, gpu_type: str, node_gpus: Any, job_gpus: Any) -> Any:
+        """Watts attributed to a job on `job_gpus` GPUs of a node with `node_gpus` GPUs in all:
+        its GPUs' busy power plus their share of the node's base power."""
+        return job_gpus * self.busy_w[gpu_type] + job_gpus / node_gpus * self.site.node_base_w
+
+    def job_cost_per_s(self, gpu_type: str, node_gpus: Any, job_gpus: Any) -> Any:
+        """The attributed power as cost per second (ANDREAS's c_ng for a job's configuration)."""
+        watts = self.job_power_w(gpu_type, node_gpus, job_gpus)
+        return watts / 1000.0 / S_PER_H * self.cost_per_kwh
+
+    def cost(self, energy_kwh: Any) -> Any:
+        """The cost of IT energy: kWh x PUE x price."""
+        return energy_kwh * self.cost_per_kwh
+
+
+# ----------------------------------------------------------------------------------------------
+# Tardiness
+
+
+def tardiness_s(end_s: Any, due_s: Any) -> np.ndarray:
+    """max(0, end - due) per job, elementwise; 0 where the due date is NaN (none)."""
+    end, due = np.asarray(end_s, dtype=float), np.asarray(due_s, dtype=float)
+    late = np.maximum(end - np.where(np.isnan(due), np.inf, due), 0.0)
+    return np.asarray(np.where(np.isnan(due), 0.0, late))
+
+
+def tardiness_cost(end_s: Any, due_s: Any, weight: Any) -> np.ndarray:
+    """Tardiness weight x max(0, end - due) per job, elementwise (0 without a due date)."""
+    return np.asarray(np.asarray(weight, dtype=float) * tardiness_s(end_s, due_s))
+
+
+# ----------------------------------------------------------------------------------------------
+# Energy of intervals: jobs, rounds, runs
+
+
+@dataclass(frozen=True, slots=True)
+class Interval:
+    """A job ran on `count` GPUs of `gpu_type` on `node` from `start_s` to `end_s`."""
+
+    job_id: str
+    node: str
+    gpu_type: str
+    count: int
+    start_s: float
+    end_s: float
+
+    def __post_init__(self) -> None:
+        if self.count < 1 or not self.end_s >= self.start_s:
+            raise ValueError(
+                f"interval of job {self.job_id!r}: count {self.count} on {self.node!r} from "
+                f"{self.start_s} to {self.end_s}; expected count >= 1 and end >= start"
+            )
+
+
+def _node_total(nodes: Mapping[str, Mapping[str, int]], node: str) -> int:
+    try:
+        return sum(nodes[node].values())
+    except KeyError:
+        raise ValueError(f"interval on node {node!r}, which is not in `nodes`") from None
+
+
+def job_energy_kwh(
+    model: EnergyModel,
+    intervals: Iterable[Interval],
+    nodes: Mapping[str, Mapping[str, int]],
+) -> dict[str, float]:
+    """IT energy attributed to each job over its intervals (job power x duration).
+
+    Args:
+        model: the power model.
+        intervals: what ran where and when.
+        nodes: node -> {GPU type: GPUs}, for each node's total GPU count (base power share).
+
+    Returns:
+        job id -> kWh, for every job with an interval.
+    """
+    energy: dict[str, float] = defaultdict(float)
+    for iv in intervals:
+        watts = model.job_power_w(iv.gpu_type, _node_total(nodes, iv.node), iv.count)
+        energy[iv.job_id] += float(watts) * (iv.end_s - iv.start_s) / J_PER_KWH
+    return dict(energy)
+
+
+def window_energy_kwh(
+    model: EnergyModel,
+    intervals: Iterable[Interval],
+    nodes: Mapping[str, Mapping[str, int]],
+    start_s: float,
+    end_s: float,
+    idle_nodes_on: bool = False,
+) -> float:
+    """IT energy of the nodes from `start_s` to `end_s` (a round, or a whole run).
+
+    Each node draws P(n, g(t)) with g(t) its busy GPUs at time t (intervals clipped to the
+    window). A node with no busy GPU draws its idle power P(n, 0) if `idle_nodes_on`, else
+    nothing (it is taken to be powered down, as ANDREAS's unused nodes are: w_n = 0). A node
+    with several GPU types draws its base power once and each type's GPU power.
+
+    Args:
+        model: the power model; it must know every GPU type of `nodes`.
+        intervals: what ran where and when; overlapping intervals on one node add up.
+        nodes: node -> {GPU type: GPUs}: every node to count.
+        start_s, end_s: the window.
+        idle_nodes_on: count nodes without a busy GPU at their idle power.
+
+    Returns:
+        kWh over the window.
+
+    Raises:
+        ValueError: an interval on a node not in `nodes`, or more busy GPUs than the node has.
+    """
+    if end_s <= start_s:
+        return 0.0
+    events: dict[str, list[tuple[float, str, int]]] = defaultdict(list)
+    for iv in intervals:
+        lo, hi = max(iv.start_s, start_s), min(iv.end_s, end_s)
+        _node_total(nodes, iv.node)
+        if hi > lo:
+            events[iv.node] += [(lo, iv.gpu_type, iv.count), (hi, iv.gpu_type, -iv.count)]
+    joules = 0.0
+    for node, gpus in nodes.items():
+        idle_w = sum(model.idle_w[t] * c for t, c in gpus.items()) + model.site.node_base_w
+        busy = dict.fromkeys(gpus, 0)
+        t_prev = start_s
+        for t_now, gpu_type, delta in sorted(events.get(node, []), key=lambda e: (e[0], e[2])):
+            joules += _node_watts(model, gpus, busy, idle_w, idle_nodes_on) * (t_now - t_prev)
+            busy[gpu_type] = busy.get(gpu_type, 0) + delta
+            if busy[gpu_type] > gpus.get(gpu_type, 0):
+                raise ValueError(
+                    f"node {node!r}: {busy[gpu_type]} busy {gpu_type} GPUs at {t_now}, "
+                    f"it has {gpus.get(gpu_type, 0)}"
+                )
+            t_prev = t_now
+        joules += _node_watts(model, gpus, busy, idle_w, idle_nodes_on) * (end_s - t_prev)
+    return joules / J_PER_KWH
+
+
+def _node_watts(
+    model: EnergyModel,
+    gpus: Mapping[str, int],
+    busy: Mapping[str, int],
+    idle_w: float,
+    idle_nodes_on: bool,
+) -> float:
+    used = sum(busy.values())
+    if used == 0:
+        return idle_w if idle_nodes_on else 0.0
+    return idle_w + sum((model.busy_w[t] - model.idle_w[t]) * b for t, b in busy.items())
+
+
+def run_energy_kwh(
+    model: EnergyModel,
+    intervals: Sequence[Interval],
+    nodes: Mapping[str, Mapping[str, int]],
+    idle_nodes_on: bool = False,
+) -> float:
+    """IT energy of a whole run: the window from the first start to the last end."""
+    if not intervals:
+        return 0.0
+    start = min(iv.start_s for iv in intervals)
+    end = max(iv.end_s for iv in intervals)
+    return window_energy_kwh(model, intervals, nodes, start, end, idle_nodes_on)
+
+
+# ----------------------------------------------------------------------------------------------
+# What a decision is expected to cost (the `costs` block of `hetsched allocate`)
+
+
+def decision_costs(
+    problem: Problem,
+    x: np.ndarray,
+    placements: Mapping[str, Placement] | None = None,
+    digits: int = 6,
+) -> dict[str, Any]:
+    """The expected energy and tardiness of one decision, if it were kept until jobs finish.
+
+    With `placements` (policies that place jobs on nodes), a placed job runs at the rate of
+    its GPUs there; a job left out is postponed and gets no figures. Otherwise the job runs at
+    its time-fraction-weighted rate sum_t x[m, t] * throughput[m, t], using num_gpus GPUs for
+    the fraction x[m, t] of the time on type t.
+
+    Args:
+        problem: the problem; without `energy` (or power data for one of its types) the
+            result is {}.
+        x: (n_jobs, n_types) the allocation's time fractions.
+        placements: job -> its GPUs, or None for time-fraction allocations.
+        digits: rounding of the returned numbers.
+
+    Returns:
+        {"energy_kwh_per_h", "energy_cost_per_h"}: the IT energy per hour the cluster draws
+        under the decision (nodes given: every available node, idle nodes included; otherwise
+        the GPUs only) and its cost; with `steps`, also "energy_kwh", "energy_cost" (attributed
+        to the jobs until each finishes), "tardiness_cost" (jobs with a due date and a
+        tardiness weight) and "jobs": {job: {"end_s", "energy_kwh", "tardiness_s",
+        "tardiness_cost"}} for the jobs that run, and "not_running": the others (postponed,
+        or with no rate); their tardiness is not in the totals. {} if the problem has no
+        energy model.
+    """
+    model = problem.energy
+    if model is None or not model.has(problem.gpu_types):
+        return {}
+    types_ = problem.gpu_types
+    busy_w, idle_w = model.busy_array(types_), model.idle_array(types_)
+    base = model.site.node_base_w
+    node_gpus = {node.name: dict(node.gpus) for node in problem.nodes}
+    out: dict[str, Any] = {}
+    # Power now.
+    if placements is not None and problem.nodes:
+        busy: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
+        for placement in placements.values():
+            for piece in placement.slices:
+                busy[piece.node][piece.gpu_type] += piece.count
+        watts = 0.0
+        for node in problem.nodes:
+            if not node.available:
+                continue
+            on = busy.get(node.name, {})
+            watts += base + sum(
+                on.get(t, 0) * model.busy_w[t] + (c - on.get(t, 0)) * model.idle_w[t]
+                for t, c in node.gpus.items()
+            )
+    else:
+        busy_gpus = np.minimum(problem.num_gpus @ x, problem.capacity)  # (n_types,)
+        watts = float(busy_gpus @ busy_w + (problem.capacity - busy_gpus) @ idle_w)
+        if problem.nodes:
+            watts += base * sum(1 for node in problem.nodes if node.available)
+    out["energy_kwh_per_h"] = round(watts / 1000.0, digits)
+    out["energy_cost_per_h"] = round(float(model.cost(watts / 1000.0)), digits)
+    if problem.steps is None:
+        return out
+    # Per job, until it finishes.
+    due = problem.due_s if problem.due_s is not None else np.full(problem.n_jobs, np.nan)
+    tw = problem.tardiness_weight
+    tw = tw if tw is not None else np.zeros(problem.n_jobs)
+    duration = np.full(problem.n_jobs, np.nan)
+    job_w = np.zeros(problem.n_jobs)
+    if placements is not None:
+        index = {job: m for m, job in enumerate(problem.job_ids)}
+        for job, placement in placements.items():
+            m = index[job]
+            watts_m = 0.0
+            for piece in placement.slices:
+                total = sum(node_gpus.get(piece.node, {piece.gpu_type: piece.count}).values())
+                watts_m += float(model.job_power_w(piece.gpu_type, total, piece.count))
+            rate = placement_rate(problem, m, placement)
+            if rate > 0:
+                duration[m] = problem.steps[m] / rate
+                job_w[m] = watts_m
+    else:
+        rate_m = np.sum(np.where(problem.runnable, problem.throughput, 0.0) * x, axis=1)
+        share = _base_share_per_gpu(problem, base)  # (n_types,) W of base power per GPU
+        running = rate_m > 0
+        duration[running] = problem.steps[running] / rate_m[running]
+        job_w = (x * problem.num_gpus[:, None]) @ (busy_w + share)
+    runs = ~np.isnan(duration)
+    end = problem.now_s + duration
+    energy = np.where(runs, job_w * np.nan_to_num(duration) / J_PER_KWH, 0.0)
+    late = tardiness_s(np.where(runs, end, -np.inf), due)
+    late_cost = tw * late
+    out["energy_kwh"] = round(float(energy.sum()), digits)
+    out["energy_cost"] = round(float(model.cost(energy.sum())), digits)
+    out["tardiness_cost"] = round(float(late_cost[runs].sum()), digits)
+    out["jobs"] = {
+        job: {
+            "end_s": round(float(end[m]), 3),
+            "energy_kwh": round(float(energy[m]), digits),
+            "tardiness_s": round(float(late[m]), 3),
+            "tardiness_cost": round(float(late_cost[m]), digits),
+        }
+        for m, job in enumerate(problem.job_ids)
+        if runs[m]
+    }
+    out["not_running"] = [job for m, job in enumerate(problem.job_ids) if not runs[m]]
+    return out
+
+
+def placement_rate(problem: Problem, m: int, placement: Placement) -> float:
+    """Steps/s of job row `m` on `placement`: its throughput at the placement's GPU count on
+    the placement's (single) type, from `problem.rates_at` (scaled where not measured)."""
+    types_ = placement.gpu_types
+    if len(types_) != 1:
+        return 0.0
+    j = problem.gpu_types.index(types_[0])
+    return float(problem.rates_at(placement.num_gpus)[m, j])
+
+
+def _base_share_per_gpu(problem: Problem, base_w: float) -> np.ndarray:
+    """(n_types,) the average node base power per GPU of each type (0 without nodes)."""
+    share = np.zeros(problem.n_types)
+    gpus = np.zeros(problem.n_types)
+    for node in problem.nodes:
+        total = sum(node.gpus.values())
+        for t, count in node.gpus.items():
+            if t in problem.gpu_types and total > 0:
+                j = problem.gpu_types.index(t)
+                share[j] += base_w * count / total
+                gpus[j] += count
+    return np.divide(share, gpus, out=np.zeros_like(share), where=gpus > 0)

@@ -1,0 +1,408 @@
+"""The round mechanism (Gavel, OSDI'20, section 5): one round's placement from an allocation.
+
+A policy says which fraction of time each job should spend on each GPU type (`Allocation.x`).
+Rounds of fixed length realise it: each round, every (job, GPU type) entry gets the priority
+allocation / share of the type's time received so far, jobs are chosen greedily in priority
+order (one GPU type per job per round, capacity never exceeded), and the chosen jobs are placed
+on nodes: the GPUs a job already holds are kept (lease extension), then the largest jobs first,
+all GPUs on one node when one node can hold them, else spread over nodes of the one type.
+
+`plan_round` decides a round; `record_round` adds the seconds each placed job actually ran. The
+simulator and the controller both call exactly these two, so they keep identical state.
+
+Pure: no I/O, no clock (the time is the snapshot's `now_s`), no randomness; the same inputs
+give the same plan. docs/mechanism.md describes the rules and the caller's duties.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+
+from slurm_hetsched.core.model import (
+    Allocation,
+    ClusterSnapshot,
+    GpuSlice,
+    InvalidProblemError,
+    Node,
+    Placement,
+    RoundPlan,
+    RoundState,
+)
+
+# Gavel's `minimum_time_between_allocation_resets` (scheduler.py): a new allocation resets the
+# received time at most this often, so the shares keep a long enough history to steer by.
+GAVEL_MIN_RESET_INTERVAL_S = 1920.0
+
+
+def compute_priorities(x: np.ndarray, received_s: np.ndarray, round_s: float) -> np.ndarray:
+    """Gavel's priorities: allocated fraction / share of the type's time received.
+
+    The share of job m on type j is (received_s[m, j] + p) / (sum over jobs of received_s[:, j]
+    + n_jobs * p) with p = round_s / 2: like Gavel, every job starts each reset period with half
+    a round on every type, so a job that has received nothing yet has a small but non-zero
+    share (high, finite priority, scaled by its allocation) instead of a division by zero.
+
+    Args:
+        x: (n_jobs, n_types) allocated time fractions.
+        received_s: (n_jobs, n_types) seconds received since the last reset.
+        round_s: the round length in seconds, > 0.
+
+    Returns:
+        (n_jobs, n_types) priorities; 0 where the allocation is 0 (never scheduled there).
+    """
+    n_jobs = x.shape[0]
+    if n_jobs == 0:
+        return np.zeros(x.shape)
+    prior_s = round_s / 2.0
+    share = (received_s + prior_s) / (received_s.sum(axis=0) + n_jobs * prior_s)
+    return np.where(x > 0, x / share, 0.0)
+
+
+def plan_round(
+    allocation: Allocation,
+    state: RoundState,
+    snapshot: ClusterSnapshot,
+    round_s: float,
+    *,
+    min_reset_interval_s: float = GAVEL_MIN_RESET_INTERVAL_S,
+) -> tuple[RoundPlan, RoundState]:
+    """Decide the next round: which jobs run, on which GPUs of which nodes.
+
+    Args:
+        allocation: the allocation to realise; its jobs must all be in `snapshot.jobs` (their
+            `num_gpus` is read there). Space sharing (`pair_x` > 0) is not supported.
+        state: the state `plan_round`/`record_round` returned last (or `RoundState.initial`).
+        snapshot: the cluster now: `now_s`, the nodes (free GPUs = GPUs - `gpus_in_use` on
+            available nodes; GPUs held by our own jobs must not count as in use) and the jobs.
+        round_s: the round length in seconds, > 0.
+        min_reset_interval_s: a changed allocation resets the received time only if at least
+            this long has passed since the last reset (else the reset waits); 0 resets at
+            every change.
+
+    Returns:
+        The plan (keep / move / start / stop) and the next state: round + 1, this allocation,
+        the new placements, received time re-indexed to the allocation's jobs and types (and
+        reset if due). Nothing is added for the round itself: call `record_round` after it.
+
+    Raises:
+        InvalidProblemError: on a non-positive round length, a negative interval, duplicate
+            node names, an allocated job missing from the snapshot, or an allocation that
+            shares GPUs between pairs of jobs.
+    """
+    _check_inputs(allocation, snapshot, round_s, min_reset_interval_s)
+    last_placements = state.placements
+    state, reset = _advance(allocation, state, snapshot.now_s, min_reset_interval_s)
+    jobs = {job.key: job for job in snapshot.jobs}
+    num_gpus = np.array([jobs[j].num_gpus for j in allocation.job_ids], dtype=np.int64)
+    priority = compute_priorities(allocation.x, state.received_s, round_s)
+    free = _free_gpus(snapshot.nodes, allocation.gpu_types)
+    chosen = _select(allocation, priority, state.deficit_s, num_gpus, free)
+    placed = _place(chosen, allocation, num_gpus, free, state.placements)
+
+    keep: dict[str, Placement] = {}
+    move: dict[str, Placement] = {}
+    start: dict[str, Placement] = {}
+    for job_id in sorted(placed):
+        previous = state.placements.get(job_id)
+        if previous is None:
+            start[job_id] = placed[job_id]
+        elif _same_gpus(previous, placed[job_id]):
+            keep[job_id] = previous
+        else:
+            move[job_id] = placed[job_id]
+    stop = tuple(j for j in sorted(last_placements) if j not in placed and j in jobs)
+    chosen_priority = {allocation.job_ids[m]: float(priority[m, t]) for m, t in chosen}
+    plan = RoundPlan(
+        round=state.round + 1,
+        keep=keep,
+        move=move,
+        start=start,
+        stop=stop,
+        priority={
+            job_id: chosen_priority.get(job_id, float(priority[m].max(initial=0.0)))
+            for m, job_id in enumerate(allocation.job_ids)
+        },
+        reset=reset,
+    )
+    placements = {**keep, **move, **start}
+    next_state = dataclasses.replace(state, round=plan.round, placements=placements)
+    return plan, next_state
+
+
+def record_round(state: RoundState, ran_s: Mapping[str, float]) -> RoundState:
+    """Add the seconds each placed job ran in the round `state` planned.
+
+    Args:
+        state: the state `plan_round` returned for the round that just ran.
+        ran_s: job id -> wall-clock seconds it ran (not GPU-seconds; less than the round if it
+            finished or failed early). A placed job left out ran 0 s.
+
+    Returns:
+        The state with each job's seconds added on the GPU type it was placed on.
+
+    Raises:
+        InvalidProblemError: for a job not placed in that round, or a negative or non-finite
+            number of seconds.
+    """
+    received = np.array(state.received_s, copy=True)
+    rows = {job_id: m for m, job_id in enumerate(state.job_ids)}
+    for job_id, seconds in ran_s.items():
+        placement = state.placements.get(job_id)
+        if placement is None:
+            raise InvalidProblemError(
+                f"job {job_id!r} reported {seconds} s in round {state.round} but was not placed "
+                f"in it; placed: {sorted(state.placements)}"
+            )
+        if not (math.isfinite(seconds) and seconds >= 0):
+            raise InvalidProblemError(
+                f"job {job_id!r}: ran {seconds} s in round {state.round}; expected a finite "
+                "number of seconds >= 0"
+            )
+        column = state.gpu_types.index(placement.gpu_types[0])
+        received[rows[job_id], column] += seconds
+    return dataclasses.replace(state, received_s=received)
+
+
+# ----------------------------------------------------------------------------------------------
+# Steps of plan_round
+
+
+def _check_inputs(
+    allocation: Allocation, snapshot: ClusterSnapshot, round_s: float, min_reset_interval_s: float
+) -> None:
+    if not (math.isfinite(round_s) and round_s > 0):
+        raise InvalidProblemError(f"round_s {round_s}: expected a round length > 0 seconds")
+    if not min_reset_interval_s >= 0:
+        raise InvalidProblemError(
+            f"min_reset_interval_s {min_reset_interval_s}: expected >= 0 seconds"
+        )
+    names = [node.name for node in snapshot.nodes]
+    if len(set(names)) != len(names):
+        twice = sorted({n for n in names if names.count(n) > 1})
+        raise InvalidProblemError(f"snapshot: node names appear twice: {twice}")
+    if allocation.pair_x is not None and (allocation.pair_x > 0).any():
+        raise InvalidProblemError(
+            f"allocation of {allocation.policy!r} shares GPUs between pairs of jobs; the round "
+            "mechanism places each job alone and cannot realise it; use a policy without "
+            "space sharing (not `*_packed`)"
+        )
+    keys = {job.key for job in snapshot.jobs}
+    missing = [j for j in allocation.job_ids if j not in keys]
+    if missing:
+        raise InvalidProblemError(
+            f"allocation has jobs that are not in the snapshot: {missing[:5]}"
+            f"{' ...' if len(missing) > 5 else ''}; recompute the allocation from this snapshot"
+        )
+
+
+def _advance(
+    allocation: Allocation, state: RoundState, now_s: float, min_reset_interval_s: float
+) -> tuple[RoundState, bool]:
+    """Apply the reset rule, then re-index the state to the allocation's jobs and types.
+
+    A reset happens when the allocation differs from the state's (or one is still pending)
+    and the last reset is at least `min_reset_interval_s` old (or there was none). It first adds
+    each job's deficit for the period (allocated share of the elapsed time minus the time
+    received), then zeroes the received time.
+    """
+    changed = state.allocation is None or not _same_allocation(state.allocation, allocation)
+    pending = state.reset_pending or changed
+    due = state.last_reset_s is None or now_s - state.last_reset_s >= min_reset_interval_s
+    reset = pending and due
+    received, deficit = state.received_s, state.deficit_s
+    last_reset_s = state.last_reset_s
+    if reset:
+        if state.allocation is not None and state.last_reset_s is not None:
+            elapsed_s = max(0.0, now_s - state.last_reset_s)
+            old = state.allocation
+            x_old = _align(old.x, old.job_ids, old.gpu_types, state.job_ids, state.gpu_types)
+            deficit = deficit + x_old * elapsed_s - received
+        received = np.zeros_like(received)
+        last_reset_s = now_s
+    new_rows, new_cols = allocation.job_ids, allocation.gpu_types
+    still_allocated = set(new_rows)
+    advanced = dataclasses.replace(
+        state,
+        job_ids=new_rows,
+        gpu_types=new_cols,
+        received_s=_align(received, state.job_ids, state.gpu_types, new_rows, new_cols),
+        deficit_s=_align(deficit, state.job_ids, state.gpu_types, new_rows, new_cols),
+        allocation=allocation,
+        placements={j: p for j, p in state.placements.items() if j in still_allocated},
+        last_reset_s=last_reset_s,
+        reset_pending=pending and not reset,
+    )
+    return advanced, reset
+
+
+def _select(
+    allocation: Allocation,
+    priority: np.ndarray,
+    deficit_s: np.ndarray,
+    num_gpus: np.ndarray,
+    free: Mapping[str, Mapping[str, int]],
+) -> list[tuple[int, int]]:
+    """Greedy choice of (job row, type column) pairs in priority order (Gavel's Algorithm 1).
+
+    One global queue over all (job, type) entries with an allocation > 0, sorted by priority,
+    then Gavel's tie-breakers deficit and allocation, then larger jobs first, then job id and
+    type name (so the result does not depend on row or node order). An entry is taken if the
+    job is not chosen yet and its type still has `num_gpus` free GPUs in all; otherwise the
+    walk goes on with the next entry.
+    """
+    x = allocation.x
+    capacity = np.array([sum(free[t].values()) for t in allocation.gpu_types], dtype=np.int64)
+    eligible = (x > 0) & (num_gpus[:, None] <= capacity[None, :])
+    rows, cols = np.nonzero(eligible)
+    if rows.size == 0:
+        return []
+    job_rank = _ranks(allocation.job_ids)
+    type_rank = _ranks(allocation.gpu_types)
+    order = np.lexsort(
+        (
+            type_rank[cols],
+            job_rank[rows],
+            -num_gpus[rows],
+            -x[rows, cols],
+            -deficit_s[rows, cols],
+            -priority[rows, cols],
+        )
+    )
+    left = capacity.copy()
+    smallest = int(num_gpus.min())
+    taken = np.zeros(len(allocation.job_ids), dtype=bool)
+    chosen: list[tuple[int, int]] = []
+    for e in order:
+        m, t = int(rows[e]), int(cols[e])
+        if taken[m] or num_gpus[m] > left[t]:
+            continue
+        taken[m] = True
+        left[t] -= num_gpus[m]
+        chosen.append((m, t))
+        if (left < smallest).all():
+            break
+    return chosen
+
+
+def _place(
+    chosen: Sequence[tuple[int, int]],
+    allocation: Allocation,
+    num_gpus: np.ndarray,
+    free: Mapping[str, Mapping[str, int]],
+    previous: Mapping[str, Placement],
+) -> dict[str, Placement]:
+    """GPUs on nodes for the chosen jobs; never more than a node's free GPUs of a type.
+
+    1. Lease extension: a job chosen on the type it ran on, with the same GPU count, keeps its
+       GPUs if they are all still free (largest jobs first).
+    2. The others, largest first (then in selection order): on one node if one has enough free
+       GPUs of the type (the fullest such node: best fit, keeping big holes for big jobs), else
+       spread over the type's nodes with the most free GPUs first (fewest nodes).
+    Selection never takes more than a type's free GPUs, and step 2 may spread, so every chosen
+    job gets its GPUs.
+    """
+    left = {t: dict(per_node) for t, per_node in free.items()}
+    position = {m: i for i, (m, _) in enumerate(chosen)}
+    by_size = sorted(chosen, key=lambda e: (-int(num_gpus[e[0]]), position[e[0]]))
+    placed: dict[str, Placement] = {}
+    for m, t in by_size:
+        job_id, gpu_type, count = allocation.job_ids[m], allocation.gpu_types[t], num_gpus[m]
+        held = previous.get(job_id)
+        if held is None or held.gpu_types != (gpu_type,) or held.num_gpus != count:
+            continue
+        need: dict[str, int] = {}
+        for piece in held.slices:
+            need[piece.node] = need.get(piece.node, 0) + piece.count
+        if all(left[gpu_type].get(node, 0) >= n for node, n in need.items()):
+            for node, n in need.items():
+                _take(left[gpu_type], node, n)
+            placed[job_id] = held
+    for m, t in by_size:
+        job_id, gpu_type, count = allocation.job_ids[m], allocation.gpu_types[t], int(num_gpus[m])
+        if job_id in placed:
+            continue
+        nodes = left[gpu_type]
+        fits = [(free_n, node) for node, free_n in nodes.items() if free_n >= count]
+        if fits:
+            node = min(fits)[1]
+            slices: tuple[GpuSlice, ...] = (GpuSlice(node, gpu_type, count),)
+        else:
+            pieces: list[GpuSlice] = []
+            still = count
+            for node in sorted(nodes, key=lambda n: (-nodes[n], n)):
+                if still == 0 or nodes[node] == 0:
+                    break
+                take = min(still, nodes[node])
+                pieces.append(GpuSlice(node, gpu_type, take))
+                still -= take
+            assert still == 0, f"selection over-committed {gpu_type}"  # _select guarantees it
+            slices = tuple(pieces)
+        for piece in slices:
+            _take(nodes, piece.node, piece.count)
+        placed[job_id] = Placement(job_id, slices)
+    return placed
+
+
+# ----------------------------------------------------------------------------------------------
+# Helpers
+
+
+def _take(free: dict[str, int], node: str, count: int) -> None:
+    """Use `count` GPUs of `node`; a node with none left is dropped (shorter scans)."""
+    free[node] -= count
+    if free[node] == 0:
+        del free[node]
+
+
+def _free_gpus(nodes: Sequence[Node], gpu_types: Sequence[str]) -> dict[str, dict[str, int]]:
+    """GPU type -> node -> GPUs we may use (0 on unavailable nodes, minus outside use)."""
+    return {
+        t: {node.name: node.free_gpus(t) for node in nodes if node.free_gpus(t) > 0}
+        for t in gpu_types
+    }
+
+
+def _same_allocation(a: Allocation, b: Allocation) -> bool:
+    """The same fractions for the same jobs and types, in whatever row and column order."""
+    if set(a.job_ids) != set(b.job_ids) or set(a.gpu_types) != set(b.gpu_types):
+        return False
+    a_x = _align(a.x, a.job_ids, a.gpu_types, b.job_ids, b.gpu_types)
+    return bool(np.allclose(a_x, b.x, rtol=0.0, atol=1e-9))
+
+
+def _same_gpus(a: Placement, b: Placement) -> bool:
+    def key(p: Placement) -> list[tuple[str, str, int]]:
+        return sorted((s.node, s.gpu_type, s.count) for s in p.slices)
+
+    return key(a) == key(b)
+
+
+def _align(
+    values: np.ndarray,
+    rows: Sequence[str],
+    cols: Sequence[str],
+    new_rows: Sequence[str],
+    new_cols: Sequence[str],
+) -> np.ndarray:
+    """`values` re-indexed by name to (new_rows, new_cols); zeros where a name is new."""
+    out = np.zeros((len(new_rows), len(new_cols)))
+    row_at = {r: i for i, r in enumerate(rows)}
+    col_at = {c: j for j, c in enumerate(cols)}
+    src_r = [row_at[r] for r in new_rows if r in row_at]
+    dst_r = [i for i, r in enumerate(new_rows) if r in row_at]
+    src_c = [col_at[c] for c in new_cols if c in col_at]
+    dst_c = [j for j, c in enumerate(new_cols) if c in col_at]
+    if src_r and src_c:
+        out[np.ix_(dst_r, dst_c)] = values[np.ix_(src_r, src_c)]
+    return out
+
+
+def _ranks(names: Sequence[str]) -> np.ndarray:
+    """Rank of each name in sorted order (ties cannot occur: names are unique)."""
+    ranks = np.empty(len(names), dtype=np.int64)
+    ranks[np.argsort(np.array(names, dtype=object), kind="stable")] = np.arange(len(names))
+    return ranks

@@ -1,0 +1,154 @@
+"""Minimum makespan (Gavel's `min_total_duration`): finish every job as early as possible.
+
+Gavel minimizes max_m steps_m / throughput(m, x) by bisection on the makespan M over LP
+feasibility (appendix A.1; its code stops at 5% precision). The same optimum is one LP: with
+tau = 1 / M,
+
+    maximize  tau  subject to  throughput(m, x) >= tau * steps_m  (every job m),
+                               the base constraints (base.py),
+
+because throughput(m, x) >= steps_m / M for all m is exactly "makespan <= M". So the makespan
+is exact, with one solve. `min_total_duration_perf` is heterogeneity-aware;
+`min_total_duration` is the agnostic baseline (base.rate_matrix: every type a job can run on
+counts at the job's mean rate, so its steps keep their units).
+
+Needs `steps`. Jobs with 0 steps left do not constrain anything (they may still get time).
+Only the makespan is unique: a job that does not set it may get any rate above
+steps_m / makespan. The reported objective is the makespan the returned allocation implies,
+max_m steps_m / throughput(m, x) in seconds (0 if every job is finished).
+
+Two backends give the same optimum: "highs" (default; the LP of max_min_fairness.rate_lp with
+the steps as weights, over groups of identical jobs, solved by HiGHS directly) and "cvxpy".
+
+No I/O.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+import cvxpy as cp
+import numpy as np
+
+from slurm_hetsched.core.model import Allocation, Problem
+from slurm_hetsched.core.policies.base import (
+    base_constraints,
+    clean_solution,
+    empty_allocation,
+    rate_matrix,
+    rates,
+    solve_cvxpy,
+)
+from slurm_hetsched.core.policies.lp import solve_highs
+from slurm_hetsched.core.policies.max_min_fairness import IPM_ROWS, check_backend, rate_lp
+from slurm_hetsched.core.policies.symmetry import group_jobs
+
+
+def makespan_s(steps: np.ndarray, rate: np.ndarray) -> float:
+    """max over jobs with steps left of steps / rate, in seconds (inf if such a job has rate
+    0); 0 if every job is finished.
+
+    Args:
+        steps: (n_jobs,) steps remaining.
+        rate: (n_jobs,) steps/s (base.rates).
+    """
+    left = steps > 0
+    if not left.any():
+        return 0.0
+    with np.errstate(divide="ignore"):
+        return float(np.max(steps[left] / rate[left]))
+
+
+class MinTotalDurationPerf:
+    """Heterogeneity-aware minimum makespan, as one LP."""
+
+    name: ClassVar[str] = "min_total_duration_perf"
+    description: ClassVar[str] = (
+        "minimum makespan on throughputs: finish all jobs as early as possible, one LP "
+        "(needs steps)"
+    )
+    agnostic: ClassVar[bool] = False
+
+    def __init__(self, backend: str = "highs", solver: str = "CLARABEL") -> None:
+        """Args: backend "highs" (fast) or "cvxpy"; solver: the cvxpy solver name."""
+        check_backend(backend)
+        self.backend = backend
+        self.solver = solver
+
+    def allocate(self, problem: Problem) -> Allocation:
+        """See the module docstring.
+
+        Raises:
+            InvalidProblemError: the problem has no `steps`.
+            SolverError: the solve did not end optimal.
+        """
+        if problem.n_jobs == 0:
+            return empty_allocation(problem, self.name)
+        steps = problem.require("steps", self.name)
+        throughput = rate_matrix(problem, self.agnostic)
+        solves = 0
+        if not np.any(steps > 0):
+            x, solve_s = np.zeros((problem.n_jobs, problem.n_types)), 0.0
+        elif self.backend == "cvxpy":
+            x, solve_s = self._solve_cvxpy(problem, throughput, steps)
+            solves = 1
+        else:
+            x, solve_s = self._solve_highs(problem, throughput, steps)
+            solves = 1
+        x = clean_solution(problem, x, self.name)
+        return Allocation(
+            job_ids=problem.job_ids,
+            gpu_types=problem.gpu_types,
+            x=x,
+            objective=makespan_s(steps, rates(throughput, x)),
+            solve_s=solve_s,
+            policy=self.name,
+            solves=solves,
+        )
+
+    def _solve_highs(
+        self, problem: Problem, throughput: np.ndarray, steps: np.ndarray
+    ) -> tuple[np.ndarray, float]:
+        # Steps scaled to at most 1 keep tau near the throughputs' magnitude (conditioning).
+        weight = steps / steps.max()
+        groups = group_jobs(np.column_stack([throughput, problem.num_gpus, weight]))
+        rep = groups.representative
+        lp = rate_lp(
+            throughput[rep],
+            problem.num_gpus[rep] * groups.size,
+            problem.capacity,
+            weight[rep],
+            np.zeros(groups.n_groups),
+        )
+        solution = solve_highs(
+            lp.lp,
+            policy=self.name,
+            n_jobs=problem.n_jobs,
+            n_types=problem.n_types,
+            method="ipm" if groups.n_groups > IPM_ROWS else "simplex",
+        )
+        x_groups, _, _ = lp.unpack(solution)
+        return groups.expand(x_groups), solution.solve_s
+
+    def _solve_cvxpy(
+        self, problem: Problem, throughput: np.ndarray, steps: np.ndarray
+    ) -> tuple[np.ndarray, float]:
+        x = cp.Variable(throughput.shape, nonneg=True)  # (n_jobs, n_types) time fractions
+        tau = cp.Variable()  # 1 / makespan, with steps scaled to at most 1
+        rate = cp.sum(cp.multiply(throughput, x), axis=1)  # (n_jobs,) steps/s
+        program = cp.Problem(
+            cp.Maximize(tau), [rate >= tau * (steps / steps.max()), *base_constraints(x, problem)]
+        )
+        solve_s = solve_cvxpy(program, self.name, problem, self.solver)
+        return np.asarray(x.value), solve_s
+
+
+class MinTotalDuration(MinTotalDurationPerf):
+    """Heterogeneity-agnostic minimum makespan: every GPU type counts as the same."""
+
+    name: ClassVar[str] = "min_total_duration"
+    description: ClassVar[str] = (
+        "minimum makespan, heterogeneity-agnostic baseline: each job's rate taken as its mean "
+        "over the types it can run on (needs steps)"
+    )
+    agnostic: ClassVar[bool] = True

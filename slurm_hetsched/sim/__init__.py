@@ -1,0 +1,1 @@
+"""Trace-driven simulation: job traces (`traces`), a synthetic trace generator (`generate`)."""
