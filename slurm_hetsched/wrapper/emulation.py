@@ -25,7 +25,6 @@ from slurm_hetsched.wrapper.env import JobEnvironment
 
 logger = logging.getLogger(__name__)
 
-SPEC_PREFIX = "hetsched:"
 
 
 class StepStretch:
@@ -49,15 +48,15 @@ class StepStretch:
 
 
 def class_from_comment(comment: str) -> str | None:
-    """The `class=` value of a job spec comment ('hetsched:class=...;steps=...'), or None."""
-    text = comment.strip()
-    if not text.startswith(SPEC_PREFIX):
+    """The `class=` of a valid job spec comment ('hetsched:class=...;steps=...'), or None."""
+    from datetime import UTC
+
+    from slurm_hetsched.core.jobspec import JobSpecError, parse_job_spec
+
+    try:
+        return parse_job_spec(comment, local_tz=UTC).job_class
+    except JobSpecError:
         return None
-    for pair in text[len(SPEC_PREFIX) :].split(";"):
-        key, _, value = pair.partition("=")
-        if key.strip() == "class" and value.strip():
-            return value.strip()
-    return None
 
 
 def _class_from_slurm(job_id: str | None) -> str | None:

@@ -1,0 +1,212 @@
+"""Exact JSON for the round's value types, so a stored round reads back equal to what was
+saved (floats are kept at full precision: a restarted controller must plan what the one that
+crashed would have planned)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from slurm_hetsched.core.model import (
+    Allocation,
+    ClusterSnapshot,
+    GpuSlice,
+    Job,
+    Node,
+    Placement,
+    RoundPlan,
+    RoundState,
+)
+from slurm_hetsched.core.ports import EnactReport, RoundRecord
+
+
+def placement_to_json(p: Placement) -> list[list[Any]]:
+    return [[s.node, s.gpu_type, s.count] for s in p.slices]
+
+
+def placement_from_json(job_id: str, data: list[list[Any]]) -> Placement:
+    return Placement(job_id, tuple(GpuSlice(str(n), str(t), int(c)) for n, t, c in data))
+
+
+def _placements_to_json(ps: Mapping[str, Placement]) -> dict[str, Any]:
+    return {j: placement_to_json(p) for j, p in sorted(ps.items())}
+
+
+def _placements_from_json(data: Mapping[str, Any]) -> dict[str, Placement]:
+    return {j: placement_from_json(j, v) for j, v in data.items()}
+
+
+def allocation_to_json(a: Allocation) -> dict[str, Any]:
+    return {
+        "job_ids": list(a.job_ids),
+        "gpu_types": list(a.gpu_types),
+        "x": a.x.tolist(),
+        "objective": a.objective,
+        "solve_s": a.solve_s,
+        "policy": a.policy,
+        "status": a.status,
+        "solves": a.solves,
+        "unmet_slos": None if a.unmet_slos is None else list(a.unmet_slos),
+        "placements": None if a.placements is None else _placements_to_json(a.placements),
+    }
+
+
+def allocation_from_json(d: Mapping[str, Any]) -> Allocation:
+    k = len(d["gpu_types"])
+    return Allocation(
+        job_ids=tuple(d["job_ids"]),
+        gpu_types=tuple(d["gpu_types"]),
+        x=np.array(d["x"], dtype=float).reshape(len(d["job_ids"]), k),
+        objective=float(d["objective"]),
+        solve_s=float(d["solve_s"]),
+        policy=str(d["policy"]),
+        status=str(d["status"]),
+        solves=int(d["solves"]),
+        unmet_slos=None if d["unmet_slos"] is None else tuple(d["unmet_slos"]),
+        placements=None if d["placements"] is None else _placements_from_json(d["placements"]),
+    )
+
+
+def state_to_json(s: RoundState) -> dict[str, Any]:
+    return {
+        "round": s.round,
+        "job_ids": list(s.job_ids),
+        "gpu_types": list(s.gpu_types),
+        "received_s": s.received_s.tolist(),
+        "deficit_s": s.deficit_s.tolist(),
+        "allocation": None if s.allocation is None else allocation_to_json(s.allocation),
+        "placements": _placements_to_json(s.placements),
+        "last_reset_s": s.last_reset_s,
+        "reset_pending": s.reset_pending,
+    }
+
+
+def state_from_json(d: Mapping[str, Any]) -> RoundState:
+    shape = (len(d["job_ids"]), len(d["gpu_types"]))
+    return RoundState(
+        round=int(d["round"]),
+        job_ids=tuple(d["job_ids"]),
+        gpu_types=tuple(d["gpu_types"]),
+        received_s=np.array(d["received_s"], dtype=float).reshape(shape),
+        deficit_s=np.array(d["deficit_s"], dtype=float).reshape(shape),
+        allocation=None if d["allocation"] is None else allocation_from_json(d["allocation"]),
+        placements=_placements_from_json(d["placements"]),
+        last_reset_s=d["last_reset_s"],
+        reset_pending=bool(d["reset_pending"]),
+    )
+
+
+def plan_to_json(p: RoundPlan) -> dict[str, Any]:
+    return {
+        "round": p.round,
+        "keep": _placements_to_json(p.keep),
+        "move": _placements_to_json(p.move),
+        "start": _placements_to_json(p.start),
+        "stop": list(p.stop),
+        "priority": dict(p.priority),
+        "reset": p.reset,
+    }
+
+
+def plan_from_json(d: Mapping[str, Any]) -> RoundPlan:
+    return RoundPlan(
+        round=int(d["round"]),
+        keep=_placements_from_json(d["keep"]),
+        move=_placements_from_json(d["move"]),
+        start=_placements_from_json(d["start"]),
+        stop=tuple(d["stop"]),
+        priority={k: float(v) for k, v in d["priority"].items()},
+        reset=bool(d["reset"]),
+    )
+
+
+def record_to_json(r: RoundRecord) -> dict[str, Any]:
+    return {
+        "round": r.round,
+        "now_s": r.now_s,
+        "allocation": allocation_to_json(r.allocation),
+        "recomputed": r.recomputed,
+        "capacity": dict(r.capacity),
+        "plan": plan_to_json(r.plan),
+        "state": state_to_json(r.state),
+        "report": None if r.report is None else {"failed": dict(r.report.failed)},
+        "snapshot": None if r.snapshot is None else snapshot_to_json(r.snapshot),
+    }
+
+
+def record_from_json(d: Mapping[str, Any]) -> RoundRecord:
+    return RoundRecord(
+        round=int(d["round"]),
+        now_s=float(d["now_s"]),
+        allocation=allocation_from_json(d["allocation"]),
+        recomputed=bool(d["recomputed"]),
+        capacity={k: float(v) for k, v in d["capacity"].items()},
+        plan=plan_from_json(d["plan"]),
+        state=state_from_json(d["state"]),
+        report=None if d["report"] is None else EnactReport(failed=dict(d["report"]["failed"])),
+        snapshot=None if d.get("snapshot") is None else snapshot_from_json(d["snapshot"]),
+    )
+
+
+def snapshot_to_json(s: ClusterSnapshot) -> dict[str, Any]:
+    """A snapshot, for the journal that lets the simulator's tick replay a live round."""
+    return {
+        "now_s": s.now_s,
+        "nodes": [
+            {
+                "name": n.name,
+                "gpus": dict(n.gpus),
+                "gpus_in_use": dict(n.gpus_in_use),
+                "features": list(n.features),
+                "available": n.available,
+            }
+            for n in s.nodes
+        ],
+        "jobs": [
+            {
+                "key": j.key,
+                "job_class": j.job_class,
+                "num_gpus": j.num_gpus,
+                "steps_remaining": j.steps_remaining,
+                "total_steps": j.total_steps,
+                "weight": j.weight,
+                "account": j.account,
+                "user": j.user,
+                "arrival_s": j.arrival_s,
+                "due_s": j.due_s,
+                "tardiness_weight": j.tardiness_weight,
+                "slo_s": j.slo_s,
+                "slurm_job_ids": list(j.slurm_job_ids),
+                "allowed_gpus": list(j.allowed_gpus),
+            }
+            for j in s.jobs
+        ],
+    }
+
+
+def snapshot_from_json(d: Mapping[str, Any]) -> ClusterSnapshot:
+    return ClusterSnapshot(
+        now_s=float(d["now_s"]),
+        nodes=tuple(
+            Node(
+                n["name"],
+                n["gpus"],
+                gpus_in_use=n["gpus_in_use"],
+                features=tuple(n["features"]),
+                available=bool(n["available"]),
+            )
+            for n in d["nodes"]
+        ),
+        jobs=tuple(
+            Job(
+                **{
+                    **j,
+                    "slurm_job_ids": tuple(j["slurm_job_ids"]),
+                    "allowed_gpus": tuple(j["allowed_gpus"]),
+                }
+            )
+            for j in d["jobs"]
+        ),
+    )
