@@ -16,7 +16,7 @@ $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet torch==2.13.0
-	$(BIN)/pip install --quiet -e '.[torch,test]'
+	$(BIN)/pip install --quiet -e '.[torch,test,plots]'
 	touch $@
 
 spank: $(SPANK_SO)

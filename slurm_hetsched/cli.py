@@ -112,8 +112,28 @@ def _add_allocate(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     p.add_argument("--compact", action="store_true", help="print JSON on one line")
 
 
+def _quiet_solver_banner() -> None:
+    """HiGHS prints a banner on the process's C-level stdout when its first solver object is
+    made, which would corrupt the JSON these commands print: make that first one with stdout
+    pointed at /dev/null."""
+    import highspy
+
+    sys.stdout.flush()
+    saved = os.dup(1)
+    null = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(null, 1)
+        highspy.Highs()
+    finally:
+        os.dup2(saved, 1)
+        os.close(saved)
+        os.close(null)
+
+
 def _run_allocate(args: argparse.Namespace) -> int:
     from slurm_hetsched.allocate import policy_descriptions, run_allocate
+
+    _quiet_solver_banner()
 
     if args.list:
         descriptions = policy_descriptions()
@@ -140,6 +160,214 @@ def _read_json(path: Path) -> Any:
         ) from exc
 
 
+def _add_simulate(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser(
+        "simulate",
+        help="replay a trace on a simulated cluster with one or several policies",
+        description=(
+            "Replay a trace of training jobs on a described cluster, round by round, with the "
+            "same policy and mechanism code as the live controller, and report average job "
+            "completion time, makespan, utilization, energy, tardiness and preemptions. "
+            "docs/simulation.md describes the trace formats and the model."
+        ),
+    )
+    p.add_argument(
+        "--trace",
+        required=True,
+        metavar="FILE|NAME",
+        help="trace file (.trace Gavel, .jsonl, .csv) or a shipped Gavel trace: "
+        "max_min_fairness, minimize_makespan, artifact_evaluation, small_test",
+    )
+    which = p.add_mutually_exclusive_group()
+    which.add_argument(
+        "--policy", default="max_min_fairness_perf", help="policy (default: %(default)s)"
+    )
+    which.add_argument(
+        "--compare", metavar="P1,P2,...", help="run several policies and print one table"
+    )
+    p.add_argument(
+        "--cluster",
+        default="v100=36,p100=36,k80=36",
+        metavar="COUNTS|FILE.toml",
+        help="GPUs per type, e.g. v100=8,p100=16,k80=24, or a node layout file in the format "
+        "of etc/devcluster.toml (default: %(default)s)",
+    )
+    p.add_argument(
+        "--gpus-per-server",
+        type=int,
+        default=4,
+        metavar="N",
+        help="with counts: GPUs per server (default: %(default)s)",
+    )
+    p.add_argument(
+        "--round", type=float, default=360.0, metavar="S", help="round length (default: 360 s)"
+    )
+    p.add_argument(
+        "--restart-overhead",
+        type=float,
+        default=10.0,
+        metavar="S",
+        help="seconds a job moved to other GPUs makes no progress (default: 10)",
+    )
+    p.add_argument(
+        "--reset-interval",
+        type=float,
+        default=1920.0,
+        metavar="S",
+        help="minimum seconds between resets of the received time (default: 1920, Gavel's)",
+    )
+    p.add_argument(
+        "--power-down-idle-nodes",
+        action="store_true",
+        help="count nodes with no busy GPU as powered off (default: idle power)",
+    )
+    p.add_argument("--seed", type=int, default=0, help="seed of random policies (default: 0)")
+    p.add_argument("--throughputs", type=Path, metavar="FILE", help="throughput table file")
+    p.add_argument(
+        "--policy-option",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a policy option, e.g. energy_slack=0.1 (repeatable)",
+    )
+    p.add_argument("--json", metavar="OUT", help="write the results as JSON ('-': stdout only)")
+    p.add_argument("--plots", type=Path, metavar="DIR", help="write PNG plots into DIR")
+    p.add_argument("--format", choices=("gavel", "jsonl", "csv"), help="the trace's format")
+    p.add_argument("--no-progress", action="store_true", help="never show a progress bar")
+
+
+def _run_simulate(args: argparse.Namespace) -> int:
+    from slurm_hetsched.sim.command import SimulateRequest, run_simulate
+    from slurm_hetsched.sim.run import SimSettings
+
+    _quiet_solver_banner()
+
+    policies = (
+        tuple(p.strip() for p in args.compare.split(",") if p.strip())
+        if args.compare
+        else (args.policy,)
+    )
+    request = SimulateRequest(
+        trace=args.trace,
+        policies=policies,
+        cluster=args.cluster,
+        gpus_per_server=args.gpus_per_server,
+        settings=SimSettings(
+            round_s=_positive(args.round, "--round"),
+            restart_overhead_s=_non_negative(args.restart_overhead, "--restart-overhead"),
+            min_reset_interval_s=_non_negative(args.reset_interval, "--reset-interval"),
+            idle_nodes_on=not args.power_down_idle_nodes,
+            seed=args.seed,
+        ),
+        throughputs=args.throughputs,
+        policy_options=_options(args.policy_option),
+        json_out=args.json,
+        plots_dir=args.plots,
+        trace_format=args.format,
+        progress=not args.no_progress,
+    )
+    run_simulate(request)
+    return 0
+
+
+def _add_trace(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser("trace", help="generate job traces for the simulator")
+    actions = p.add_subparsers(dest="action", required=True, metavar="ACTION")
+    g = actions.add_parser(
+        "generate",
+        help="a seeded synthetic trace in our JSONL or CSV format",
+        description=(
+            "Generate a trace with Poisson arrivals, Gavel's Philly-derived durations (80%% "
+            "10^1.5-10^3 min, 20%% 10^3-10^4 min) and GPU counts (multi: 70%% 1, 10%% 2, 15%% "
+            "4, 5%% 8), job classes drawn from the throughput table. docs/simulation.md."
+        ),
+    )
+    g.add_argument("--output", "-o", required=True, metavar="FILE", help=".jsonl or .csv")
+    g.add_argument("--jobs", "-n", type=int, required=True, metavar="N", help="number of jobs")
+    rate = g.add_mutually_exclusive_group(required=True)
+    rate.add_argument("--rate", type=float, metavar="JOBS_PER_HOUR", help="mean arrival rate")
+    rate.add_argument(
+        "--lam", type=float, metavar="S", help="mean seconds between arrivals (0: all at once)"
+    )
+    g.add_argument("--seed", type=int, default=0, help="seed (default: 0)")
+    g.add_argument(
+        "--mix", choices=("multi", "single"), default="multi", help="GPU counts (default: multi)"
+    )
+    g.add_argument(
+        "--gpu-types", metavar="T1,T2", help="the cluster's GPU types (default: the table's)"
+    )
+    g.add_argument(
+        "--due-factor",
+        metavar="A,B",
+        help="add due dates: arrival + U(A,B) x the job's fastest execution time",
+    )
+    g.add_argument(
+        "--tardiness-weight",
+        metavar="LO,HI",
+        default="1,1",
+        help="with due dates: cost per second late ~ U(LO,HI) (default: 1,1)",
+    )
+    g.add_argument("--throughputs", type=Path, metavar="FILE", help="throughput table file")
+    g.add_argument("--format", choices=("jsonl", "csv"), help="output format (default: by name)")
+
+
+def _run_trace(args: argparse.Namespace) -> int:
+    from slurm_hetsched.sim.generate import run_generate
+
+    print(
+        run_generate(
+            args.output,
+            n_jobs=args.jobs,
+            seed=args.seed,
+            rate_per_hour=args.rate,
+            lam_s=args.lam,
+            mix=args.mix,
+            fmt=args.format,
+            throughputs=args.throughputs,
+            gpu_types=args.gpu_types.split(",") if args.gpu_types else None,
+            due_factor=_pair(args.due_factor, "--due-factor") if args.due_factor else None,
+            tardiness_weight=_pair(args.tardiness_weight, "--tardiness-weight"),
+        )
+    )
+    return 0
+
+
+def _pair(text: str, flag: str) -> tuple[float, float]:
+    parts = text.split(",")
+    try:
+        a, b = (float(x) for x in parts)
+    except ValueError:
+        raise ConfigError(f"{flag} {text!r}: expected two numbers A,B") from None
+    return a, b
+
+
+def _positive(value: float, flag: str) -> float:
+    if not value > 0:
+        raise ConfigError(f"{flag} {value}: expected a number of seconds > 0")
+    return value
+
+
+def _non_negative(value: float, flag: str) -> float:
+    if not value >= 0:
+        raise ConfigError(f"{flag} {value}: expected a number of seconds >= 0")
+    return value
+
+
+def _options(items: Sequence[str]) -> dict[str, Any]:
+    """KEY=VALUE strings -> {key: value}, values read as JSON where they parse (numbers,
+    true/false), else kept as strings."""
+    options: dict[str, Any] = {}
+    for item in items:
+        key, sep, raw = item.partition("=")
+        if not sep or not key.strip():
+            raise ConfigError(f"--policy-option {item!r}: expected KEY=VALUE")
+        try:
+            options[key.strip()] = json.loads(raw)
+        except json.JSONDecodeError:
+            options[key.strip()] = raw
+    return options
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="hetsched",
@@ -152,12 +380,16 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     _add_allocate(sub)
+    _add_simulate(sub)
+    _add_trace(sub)
     _add_devcluster(sub)
     return parser
 
 
 _RUNNERS = {
     "allocate": _run_allocate,
+    "simulate": _run_simulate,
+    "trace": _run_trace,
     "devcluster": _run_devcluster,
 }
 

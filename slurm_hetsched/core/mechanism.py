@@ -74,7 +74,9 @@ def plan_round(
 
     Args:
         allocation: the allocation to realise; its jobs must all be in `snapshot.jobs` (their
-            `num_gpus` is read there). Space sharing (`pair_x` > 0) is not supported.
+            `num_gpus` is read there). Space sharing (`pair_x` > 0) is not supported. An
+            allocation with `placements` (ANDREAS, the exclusive baselines) is taken as it is:
+            exactly those jobs run, on exactly those GPUs (checked against the free GPUs).
         state: the state `plan_round`/`record_round` returned last (or `RoundState.initial`).
         snapshot: the cluster now: `now_s`, the nodes (free GPUs = GPUs - `gpus_in_use` on
             available nodes; GPUs held by our own jobs must not count as in use) and the jobs.
@@ -100,8 +102,15 @@ def plan_round(
     num_gpus = np.array([jobs[j].num_gpus for j in allocation.job_ids], dtype=np.int64)
     priority = compute_priorities(allocation.x, state.received_s, round_s)
     free = _free_gpus(snapshot.nodes, allocation.gpu_types)
-    chosen = _select(allocation, priority, state.deficit_s, num_gpus, free)
-    placed = _place(chosen, allocation, num_gpus, free, state.placements)
+    if allocation.placements is not None:  # the policy placed the jobs itself (ANDREAS)
+        placed = _policy_placements(allocation, free)
+        rows = {job_id: m for m, job_id in enumerate(allocation.job_ids)}
+        chosen = [
+            (rows[j], allocation.gpu_types.index(p.gpu_types[0])) for j, p in placed.items()
+        ]
+    else:
+        chosen = _select(allocation, priority, state.deficit_s, num_gpus, free)
+        placed = _place(chosen, allocation, num_gpus, free, state.placements)
 
     keep: dict[str, Placement] = {}
     move: dict[str, Placement] = {}
@@ -344,6 +353,31 @@ def _place(
         for piece in slices:
             _take(nodes, piece.node, piece.count)
         placed[job_id] = Placement(job_id, slices)
+    return placed
+
+
+def _policy_placements(
+    allocation: Allocation, free: Mapping[str, Mapping[str, int]]
+) -> dict[str, Placement]:
+    """The placements a placement policy chose, checked against the free GPUs of the nodes."""
+    assert allocation.placements is not None
+    left = {t: dict(per_node) for t, per_node in free.items()}
+    placed: dict[str, Placement] = {}
+    for job_id in sorted(allocation.placements):
+        placement = allocation.placements[job_id]
+        if job_id not in allocation.job_ids or len(placement.gpu_types) != 1:
+            raise InvalidProblemError(
+                f"policy {allocation.policy!r} placed job {job_id!r} on "
+                f"{placement.gpu_types}; expected a job of the allocation on one GPU type"
+            )
+        for piece in placement.slices:
+            if left.get(piece.gpu_type, {}).get(piece.node, 0) < piece.count:
+                raise InvalidProblemError(
+                    f"policy {allocation.policy!r} placed job {job_id!r} on {piece.count} "
+                    f"{piece.gpu_type} GPUs of node {piece.node!r}, more than are free there"
+                )
+            _take(left[piece.gpu_type], piece.node, piece.count)
+        placed[job_id] = placement
     return placed
 
 

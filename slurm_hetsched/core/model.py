@@ -164,6 +164,8 @@ class Job:
         slo_s: completion-time objective in seconds from arrival, or None.
         slurm_job_ids: the current Slurm job id(s), e.g. ("123",) or ("123_4",).
         received_s: seconds run per GPU type since the last allocation reset.
+        allowed_gpus: GPU counts the job may run with, ascending, starting at `num_gpus`
+            (simulated and what-if jobs; ANDREAS chooses among them); () = num_gpus only.
     """
 
     key: str
@@ -180,11 +182,19 @@ class Job:
     slo_s: float | None = None
     slurm_job_ids: tuple[str, ...] = ()
     received_s: Mapping[str, float] = field(default_factory=lambda: _EMPTY)
+    allowed_gpus: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
         _set(self, "received_s", _frozen_mapping(self.received_s))
+        _set(self, "allowed_gpus", tuple(self.allowed_gpus))
         if self.num_gpus < 1:
             raise InvalidProblemError(f"job {self.key!r}: num_gpus {self.num_gpus} < 1")
+        counts = self.allowed_gpus
+        if counts and (counts[0] != self.num_gpus or list(counts) != sorted(set(counts))):
+            raise InvalidProblemError(
+                f"job {self.key!r}: allowed GPU counts {list(counts)} must be distinct, "
+                f"ascending and start at num_gpus {self.num_gpus}"
+            )
         if not self.weight > 0:
             raise InvalidProblemError(f"job {self.key!r}: weight {self.weight} must be > 0")
         if self.steps_remaining is not None and self.steps_remaining < 0:

@@ -82,6 +82,8 @@ class TraceJob:
         due_s: due date, seconds from the trace's start, or None.
         tardiness_weight: cost per second late; 0 without a due date.
         slo_s: completion-time objective, seconds from arrival, or None.
+        allowed_gpus: GPU counts the job may run with, ascending, starting at num_gpus (a
+            placement policy such as ANDREAS chooses); () = num_gpus only.
         source: the file (or other origin) the job came from, for messages only.
         line: its line in `source` (1-based), or None; for messages only.
     """
@@ -96,6 +98,7 @@ class TraceJob:
     due_s: float | None = None
     tardiness_weight: float = 0.0
     slo_s: float | None = None
+    allowed_gpus: tuple[int, ...] = ()
     source: str = field(default="", compare=False)
     line: int | None = field(default=None, compare=False)
 
@@ -114,6 +117,9 @@ class TraceJob:
              self.tardiness_weight, "a number >= 0"),
             (self.slo_s is None or (_finite(self.slo_s) and self.slo_s > 0), "slo_s",
              self.slo_s, "none or seconds > 0 after arrival"),
+            (not self.allowed_gpus or (self.allowed_gpus[0] == self.num_gpus
+             and list(self.allowed_gpus) == sorted(set(self.allowed_gpus))), "allowed_gpus",
+             list(self.allowed_gpus), f"distinct ascending counts from num_gpus ({self.num_gpus})"),
         )  # fmt: skip
         for ok, key, value, expected in checks:
             if not ok:
@@ -141,6 +147,7 @@ class TraceJob:
             due_s=self.due_s,
             tardiness_weight=self.tardiness_weight,
             slo_s=self.slo_s,
+            allowed_gpus=self.allowed_gpus,
         )
 
 

@@ -1,0 +1,125 @@
+"""One round, the same for the simulator and the live controller:
+observe -> decide -> plan -> enact -> record (docs/architecture.md).
+
+The tick holds no cluster-specific code: it talks to a `ClusterBackend` (a simulated cluster or
+Slurm) and a `StateStore` (memory or SQLite) through the protocols of core/ports.py. Every
+decision is here or in the core; every effect of a decision is in the backend.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import numpy as np
+
+from slurm_hetsched.core.mechanism import GAVEL_MIN_RESET_INTERVAL_S, plan_round, record_round
+from slurm_hetsched.core.model import Allocation, ClusterSnapshot, RoundState
+from slurm_hetsched.core.policies.base import Policy
+from slurm_hetsched.core.ports import ClusterBackend, Observation, RoundRecord, StateStore
+from slurm_hetsched.core.problem import SiteData, build_problem
+
+
+@dataclass(frozen=True, slots=True)
+class TickSettings:
+    """How rounds run.
+
+    Attributes:
+        round_s: the round length in seconds (Gavel: 360 in simulation).
+        min_reset_interval_s: a new allocation resets the received time at most this often
+            (docs/mechanism.md).
+    """
+
+    round_s: float = 360.0
+    min_reset_interval_s: float = GAVEL_MIN_RESET_INTERVAL_S
+
+
+class Tick:
+    """Runs rounds of one policy against one backend, keeping the round state in a store."""
+
+    def __init__(
+        self,
+        policy: Policy,
+        site: SiteData,
+        backend: ClusterBackend,
+        store: StateStore,
+        settings: TickSettings | None = None,
+    ) -> None:
+        self.policy = policy
+        self.site = site
+        self.backend = backend
+        self.store = store
+        self.settings = settings or TickSettings()
+        self.last_observation: Observation | None = None
+
+    def run_round(self) -> RoundRecord:
+        """Observe the cluster, decide, plan, record the plan, enact it, record the outcome."""
+        observation = self.backend.observe()
+        self.last_observation = observation
+        last = self.store.load()
+        snapshot = observation.snapshot
+        state = self._state_after_last_round(last, observation)
+        capacity = _capacity(snapshot)
+        allocation, recomputed = self._decide(last, state, snapshot, capacity)
+        plan, state = plan_round(
+            allocation,
+            state,
+            snapshot,
+            self.settings.round_s,
+            min_reset_interval_s=self.settings.min_reset_interval_s,
+        )
+        record = RoundRecord(
+            round=plan.round,
+            now_s=snapshot.now_s,
+            allocation=allocation,
+            recomputed=recomputed,
+            capacity=capacity,
+            plan=plan,
+            state=state,
+            snapshot=snapshot,
+        )
+        self.store.save_planned(record)  # written before any action is taken
+        report = self.backend.enact(plan)
+        record = dataclasses.replace(record, report=report)
+        self.store.save_enacted(record)
+        return record
+
+    def _state_after_last_round(
+        self, last: RoundRecord | None, observation: Observation
+    ) -> RoundState:
+        """The last round's state with the seconds its jobs actually ran added."""
+        if last is None:
+            return RoundState.initial(observation.snapshot.gpu_types)
+        placed = last.state.placements
+        ran = {job: s for job, s in observation.ran_s.items() if job in placed}
+        return record_round(last.state, ran)
+
+    def _decide(
+        self,
+        last: RoundRecord | None,
+        state: RoundState,
+        snapshot: ClusterSnapshot,
+        capacity: Mapping[str, float],
+    ) -> tuple[Allocation, bool]:
+        """The allocation for this round: the last one, unless jobs or GPUs changed (Gavel
+        recomputes on arrivals, completions and worker changes, not every round)."""
+        jobs = tuple(sorted(job.key for job in snapshot.jobs))
+        if (
+            last is not None
+            and tuple(sorted(last.allocation.job_ids)) == jobs
+            and dict(last.capacity) == dict(capacity)
+            and last.allocation.gpu_types == snapshot.gpu_types
+        ):
+            return last.allocation, False
+        if not jobs:
+            k = len(snapshot.gpu_types)
+            empty = Allocation((), snapshot.gpu_types, np.zeros((0, k)), 0.0, 0.0, self.policy.name)
+            return empty, True
+        problem = build_problem(snapshot, self.site, running=state.placements)
+        return self.policy.allocate(problem), True
+
+
+def _capacity(snapshot: ClusterSnapshot) -> dict[str, float]:
+    types = snapshot.gpu_types
+    return {t: float(c) for t, c in zip(types, snapshot.capacity(types), strict=True)}

@@ -1,0 +1,154 @@
+"""From what the cluster looks like to what a policy solves: `ClusterSnapshot` -> `Problem`.
+
+One function for the simulator and the live controller, so both give every policy the same
+problem for the same cluster.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from slurm_hetsched.core.costs import EnergyModel, SiteEnergy
+from slurm_hetsched.core.model import (
+    SUBLINEAR_EXPONENT,
+    Account,
+    ClusterSnapshot,
+    GpuType,
+    InvalidProblemError,
+    Placement,
+    Problem,
+)
+from slurm_hetsched.core.throughput import ThroughputTable, UnknownJobClassError
+
+
+@dataclass(frozen=True, slots=True)
+class SiteData:
+    """The site's data that turns a snapshot into a problem.
+
+    Attributes:
+        table: steps/s per job class, GPU type and GPU count.
+        gpu_types: per GPU type price and power (`gpu_types.toml`).
+        energy: electricity price, PUE, node base power.
+        accounts: Slurm account -> its weight and inner policy (hierarchical policies).
+    """
+
+    table: ThroughputTable
+    gpu_types: Mapping[str, GpuType] = field(default_factory=dict)
+    energy: SiteEnergy = field(default_factory=SiteEnergy)
+    accounts: Mapping[str, Account] = field(default_factory=dict)
+
+
+def build_problem(
+    snapshot: ClusterSnapshot,
+    site: SiteData,
+    running: Mapping[str, Placement] | None = None,
+) -> Problem:
+    """The problem of the jobs and free GPUs in `snapshot`.
+
+    Columns are the snapshot's GPU types; capacity is each type's free GPUs on available
+    nodes. A job's throughput on a type is the table's steps/s for its class at its GPU count
+    (0 where the table has no such column: it cannot run there).
+
+    Args:
+        snapshot: the cluster now.
+        site: throughput table, GPU type data, energy data, accounts.
+        running: job -> where it runs now, for the placement policies (ANDREAS keeps or
+            re-plans these); jobs that left the snapshot are ignored.
+
+    Raises:
+        InvalidProblemError: a job whose class the table does not know, or that no GPU type of
+            the cluster can run (named), or no GPUs at all while jobs wait.
+    """
+    jobs = snapshot.jobs
+    gpu_types = snapshot.gpu_types
+    known = [t for t in gpu_types if t in site.table.gpu_types]
+    keys = [(job.job_class, job.num_gpus) for job in jobs]
+    try:
+        found = site.table.matrix(keys, known) if keys else np.zeros((0, len(known)))
+    except UnknownJobClassError as exc:
+        raise InvalidProblemError(f"{exc}; the job is {_job_named(snapshot, exc)}") from None
+    throughput = np.zeros((len(jobs), len(gpu_types)))
+    for j, t in enumerate(gpu_types):
+        if t in known:
+            throughput[:, j] = found[:, known.index(t)]
+    has_steps = all(job.steps_remaining is not None for job in jobs)
+    due = [math.nan if job.due_s is None else job.due_s for job in jobs]
+    slo = [math.inf if job.slo_s is None else job.slo_s for job in jobs]
+    prices = [_entry(site, t).price_per_hour for t in gpu_types]
+    ids = {job.key for job in jobs}
+    flexible = any(job.allowed_gpus for job in jobs)
+    return Problem(
+        job_ids=tuple(job.key for job in jobs),
+        gpu_types=gpu_types,
+        throughput=throughput,
+        capacity=snapshot.capacity(gpu_types),
+        num_gpus=np.array([job.num_gpus for job in jobs], dtype=np.int64),
+        weight=np.array([job.weight for job in jobs], dtype=float),
+        job_accounts=tuple(job.account for job in jobs),
+        accounts=dict(site.accounts),
+        arrival_s=np.array([job.arrival_s for job in jobs], dtype=float),
+        now_s=snapshot.now_s,
+        steps=(np.array([job.steps_remaining for job in jobs], dtype=float) if has_steps else None),
+        due_s=np.array(due, dtype=float) if any(job.due_s is not None for job in jobs) else None,
+        tardiness_weight=np.array([job.tardiness_weight for job in jobs], dtype=float),
+        slo_s=np.array(slo, dtype=float) if any(job.slo_s is not None for job in jobs) else None,
+        price_per_hour=None if None in prices else np.array(prices, dtype=float),
+        nodes=snapshot.nodes,
+        running={j: p for j, p in (running or {}).items() if j in ids},
+        allowed_gpus=(
+            tuple(job.allowed_gpus or (job.num_gpus,) for job in jobs) if flexible else None
+        ),
+        throughput_at=_throughput_at(snapshot, site.table, known) if flexible else None,
+        energy=EnergyModel.from_catalog(site.gpu_types, site.energy, gpu_types),
+    )
+
+
+def table_rate(
+    table: ThroughputTable, job_class: str, gpu_type: str, num_gpus: int, *, spread: bool = False
+) -> float:
+    """Steps/s of `job_class` on `num_gpus` GPUs of `gpu_type`, as the policies see it.
+
+    The table's figure where it has this GPU count for the class (unconsolidated when the GPUs
+    are spread over nodes); otherwise scaled from the nearest count it has (the largest below,
+    else the smallest above) by (num_gpus / count) ** SUBLINEAR_EXPONENT, as
+    `Problem.rates_at` does. 0 = cannot run there.
+    """
+    counts = table.gpu_counts(job_class)
+    if num_gpus in counts or not counts:
+        return table.steps_per_s(job_class, gpu_type, num_gpus, consolidated=not spread)
+    below = [g for g in counts if g < num_gpus]
+    base = max(below) if below else min(counts)
+    rate = table.steps_per_s(job_class, gpu_type, base, consolidated=not spread)
+    return float(rate * (num_gpus / base) ** SUBLINEAR_EXPONENT)
+
+
+def _throughput_at(
+    snapshot: ClusterSnapshot, table: ThroughputTable, known: list[str]
+) -> np.ndarray:
+    """(n_jobs, n_types, widest allowed count) steps/s at each count the table has for the
+    job's class; NaN elsewhere (Problem.rates_at scales those)."""
+    gpu_types = snapshot.gpu_types
+    width = max(max(job.allowed_gpus or (job.num_gpus,)) for job in snapshot.jobs)
+    out = np.full((len(snapshot.jobs), len(gpu_types), width), np.nan)
+    for m, job in enumerate(snapshot.jobs):
+        for g in table.gpu_counts(job.job_class):
+            if g <= width:
+                row = dict(zip(known, table.row(job.job_class, g, known), strict=True))
+                out[m, :, g - 1] = [row.get(t, 0.0) for t in gpu_types]
+    return out
+
+
+def _entry(site: SiteData, gpu_type: str) -> GpuType:
+    return site.gpu_types.get(gpu_type) or GpuType(gpu_type)
+
+
+def _job_named(snapshot: ClusterSnapshot, exc: UnknownJobClassError) -> str:
+    """The first job whose class the table lacks, for the message."""
+    for job in snapshot.jobs:
+        if repr(job.job_class) in str(exc):
+            return repr(job.key)
+    return "unknown"

@@ -1,0 +1,246 @@
+"""The simulated cluster: a `ClusterBackend` over a trace, and a clock that jumps.
+
+Jobs arrive at their trace times, run at the throughput table's steps/s on the GPUs the plan
+gives them, and finish at the exact moment their last step runs (mid-round). A job placed on
+other GPUs than before (a move, or a restart after a stop) first pays the restart overhead: it
+holds its GPUs but makes no progress. That is everything the simulation adds; every decision
+is the tick's (controller/tick.py), exactly as on Slurm.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from slurm_hetsched.core.costs import Interval
+from slurm_hetsched.core.model import ClusterSnapshot, Job, Node, Placement, RoundPlan
+from slurm_hetsched.core.ports import EnactReport, Observation
+from slurm_hetsched.core.problem import table_rate
+from slurm_hetsched.core.throughput import ThroughputTable
+from slurm_hetsched.errors import HetschedError
+from slurm_hetsched.sim.traces import TraceJob
+
+# Below this many steps a job is done: floating-point residue of steps = rate x seconds.
+_STEPS_EPS = 1e-6
+
+
+class SimulationError(HetschedError, RuntimeError):
+    """The simulation reached a state it cannot go on from (a bug or a bad plan)."""
+
+
+class SimClock:
+    """A `Clock` that jumps: `sleep_until` sets the time, never goes back."""
+
+    def __init__(self, start_s: float = 0.0) -> None:
+        self._now = start_s
+
+    def now(self) -> float:
+        return self._now
+
+    def sleep_until(self, t_s: float) -> None:
+        self._now = max(self._now, t_s)
+
+
+@dataclass(slots=True)
+class _JobState:
+    """One trace job as the simulated cluster tracks it (mutable, private)."""
+
+    trace: TraceJob
+    steps_left: float
+    placement: Placement | None = None
+    placed_at_s: float = 0.0  # when the current placement began
+    overhead_left_s: float = 0.0  # restart overhead still to pay on the current placement
+    rate: float = 0.0  # steps/s on the current placement
+    start_s: float | None = None
+    end_s: float | None = None
+    has_run: bool = False  # has a checkpoint to restart from
+    preemptions: int = 0
+    gpu_s: dict[str, float] = field(default_factory=dict)
+
+
+class SimulatedCluster:
+    """A `ClusterBackend` that replays a trace on fixed nodes.
+
+    Args:
+        trace: the jobs, any order; arrivals from the trace's start (0).
+        nodes: the cluster's nodes (their `gpus_in_use` are ignored: every GPU is ours).
+        table: steps/s per job class, GPU type and count (a job spread over nodes runs at the
+            table's unconsolidated rate where it has one).
+        clock: the simulation's clock, shared with the driver.
+        restart_overhead_s: seconds a job spends restarting after it changes GPUs.
+    """
+
+    def __init__(
+        self,
+        trace: Sequence[TraceJob],
+        nodes: Sequence[Node],
+        table: ThroughputTable,
+        clock: SimClock,
+        restart_overhead_s: float = 10.0,
+    ) -> None:
+        if not (math.isfinite(restart_overhead_s) and restart_overhead_s >= 0):
+            raise SimulationError(f"restart overhead {restart_overhead_s!r}: expected >= 0 s")
+        self.nodes = tuple(Node(n.name, n.gpus, available=n.available) for n in nodes)
+        self.table = table
+        self.clock = clock
+        self.restart_overhead_s = restart_overhead_s
+        self.jobs = {job.job_id: _JobState(job, float(job.total_steps)) for job in trace}
+        if len(self.jobs) != len(trace):
+            raise SimulationError("the trace has duplicate job ids")
+        self._pending = sorted(
+            self.jobs.values(), key=lambda j: (j.trace.arrival_s, j.trace.job_id)
+        )
+        self._next_pending = 0
+        self._active: dict[str, _JobState] = {}
+        self._last_s = clock.now()
+        self.intervals: list[Interval] = []
+        self.finish_times: list[float] = []
+
+    # -- ClusterBackend ------------------------------------------------------------------------
+
+    def observe(self) -> Observation:
+        """Run the placed jobs up to now; report what ran, what finished and what waits."""
+        now = self.clock.now()
+        ran_s, finished = self._advance_to(now)
+        while (
+            self._next_pending < len(self._pending)
+            and self._pending[self._next_pending].trace.arrival_s <= now
+        ):
+            job = self._pending[self._next_pending]
+            self._active[job.trace.job_id] = job
+            self._next_pending += 1
+        snapshot = ClusterSnapshot(
+            now_s=now,
+            nodes=self.nodes,
+            jobs=tuple(self._as_job(s) for _, s in sorted(self._active.items())),
+        )
+        return Observation(snapshot=snapshot, ran_s=ran_s, finished=finished)
+
+    def enact(self, plan: RoundPlan) -> EnactReport:
+        """Place the jobs as planned, from now; stopped jobs lose their GPUs."""
+        now = self.clock.now()
+        placed = plan.placements
+        for job_id, state in self._active.items():
+            new = placed.get(job_id)
+            old = state.placement
+            if new is None:
+                if old is not None:
+                    state.preemptions += 1  # stopped while it still has work
+                state.placement = None
+                continue
+            if old is not None and job_id in plan.keep:
+                state.placed_at_s = now  # lease extended: keeps running, no overhead
+                continue
+            if old is not None:
+                state.preemptions += 1  # moved to other GPUs
+            state.placement = new
+            state.placed_at_s = now
+            state.overhead_left_s = self.restart_overhead_s if state.has_run else 0.0
+            state.rate = self._rate(state.trace, new)
+            if state.start_s is None:
+                state.start_s = now
+            state.has_run = True
+        unknown = sorted(set(placed) - set(self._active))
+        if unknown:
+            raise SimulationError(f"round {plan.round} placed jobs that are not active: {unknown}")
+        return EnactReport()
+
+    # -- for the driver ------------------------------------------------------------------------
+
+    @property
+    def active(self) -> int:
+        """Jobs arrived and not finished."""
+        return len(self._active)
+
+    @property
+    def running(self) -> int:
+        """Jobs placed now."""
+        return sum(1 for s in self._active.values() if s.placement is not None)
+
+    def next_arrival_s(self) -> float | None:
+        """When the next job arrives, or None if every job has arrived."""
+        if self._next_pending >= len(self._pending):
+            return None
+        return self._pending[self._next_pending].trace.arrival_s
+
+    @property
+    def done(self) -> bool:
+        """Every job arrived and finished."""
+        return not self._active and self.next_arrival_s() is None
+
+    def job_states(self) -> Mapping[str, _JobState]:
+        return self.jobs
+
+    # -- the simulation itself -----------------------------------------------------------------
+
+    def _advance_to(self, now: float) -> tuple[dict[str, float], tuple[str, ...]]:
+        """Run every placed job from its placement's start (or the last observation) to now."""
+        since = self._last_s
+        ran_s: dict[str, float] = {}
+        finished = []
+        for job_id, state in sorted(self._active.items()):
+            placement = state.placement
+            if placement is None:
+                continue
+            begin = max(since, state.placed_at_s)
+            span = max(0.0, now - begin)
+            overhead = min(span, state.overhead_left_s)
+            state.overhead_left_s -= overhead
+            working = span - overhead
+            needed = state.steps_left / state.rate
+            if working >= needed - 1e-9:
+                end = begin + overhead + needed
+                state.steps_left = 0.0
+                state.end_s = end
+            else:
+                end = now
+                state.steps_left = max(0.0, state.steps_left - state.rate * working)
+                if state.steps_left <= _STEPS_EPS:
+                    state.steps_left, state.end_s = 0.0, now
+            held = end - begin
+            ran_s[job_id] = ran_s.get(job_id, 0.0) + held
+            for piece in placement.slices:
+                state.gpu_s[piece.gpu_type] = state.gpu_s.get(piece.gpu_type, 0.0) + (
+                    held * piece.count
+                )
+                if held > 0:
+                    self.intervals.append(
+                        Interval(job_id, piece.node, piece.gpu_type, piece.count, begin, end)
+                    )
+            if state.end_s is not None:
+                state.placement = None
+                finished.append(job_id)
+                self.finish_times.append(state.end_s)
+        for job_id in finished:
+            del self._active[job_id]
+        self._last_s = now
+        return ran_s, tuple(finished)
+
+    def _rate(self, job: TraceJob, placement: Placement) -> float:
+        (gpu_type,) = placement.gpu_types
+        spread = len(placement.nodes) > 1
+        rate = table_rate(self.table, job.job_class, gpu_type, placement.num_gpus, spread=spread)
+        if not rate > 0:
+            raise SimulationError(
+                f"job {job.job_id!r} ({job.job_class}, {placement.num_gpus} GPUs) was placed on "
+                f"{gpu_type}, where the throughput table says it cannot run"
+            )
+        return rate
+
+    @staticmethod
+    def _as_job(state: _JobState) -> Job:
+        job = state.trace
+        return Job(
+            key=job.job_id,
+            job_class=job.job_class,
+            num_gpus=job.num_gpus,
+            steps_remaining=state.steps_left,
+            total_steps=float(job.total_steps),
+            weight=job.weight,
+            account=job.account,
+            arrival_s=job.arrival_s,
+            due_s=job.due_s,
+            tardiness_weight=job.tardiness_weight,
+            slo_s=job.slo_s,
+        )

@@ -1,0 +1,182 @@
+"""`hetsched simulate`: read the trace and the cluster, run one or several policies, write the
+results. Plain values in, text out; the command line lives in cli.py.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TextIO
+
+from slurm_hetsched import data_files
+from slurm_hetsched.core.policies import POLICIES, get_policy
+from slurm_hetsched.core.policies.base import Policy
+from slurm_hetsched.core.problem import SiteData
+from slurm_hetsched.errors import ConfigError
+from slurm_hetsched.sim.layout import DEFAULT_GPUS_PER_SERVER, cluster_nodes
+from slurm_hetsched.sim.results import SimResult
+from slurm_hetsched.sim.run import SimSettings, simulate
+from slurm_hetsched.sim.traces import SHIPPED_TRACES, Trace, read_shipped_trace, read_trace
+
+
+@dataclass(frozen=True, slots=True)
+class SimulateRequest:
+    """Everything `hetsched simulate` was asked for.
+
+    Attributes:
+        trace: a trace file, or the name of a shipped Gavel trace (e.g. "max_min_fairness").
+        policies: one policy, or several to compare on the same trace.
+        cluster: "v100=8,p100=16,k80=24", or a node layout file (.toml, etc/devcluster.toml
+            format).
+        gpus_per_server: servers per type when `cluster` gives counts.
+        settings: round length, restart overhead, reset interval, idle power, seed.
+        throughputs: a throughput file; None for the shipped table.
+        policy_options: options for every policy (e.g. {"energy_slack": 0.1}).
+        json_out: write the results as JSON here ('-' for standard output).
+        plots_dir: write PNG plots here.
+        trace_format: the trace's format if its extension does not say.
+        progress: show a progress bar on long runs (standard error, terminals only).
+    """
+
+    trace: str
+    policies: tuple[str, ...]
+    cluster: str
+    gpus_per_server: int = DEFAULT_GPUS_PER_SERVER
+    settings: SimSettings = field(default_factory=SimSettings)
+    throughputs: Path | None = None
+    policy_options: Mapping[str, Any] = field(default_factory=dict)
+    json_out: str | None = None
+    plots_dir: Path | None = None
+    trace_format: str | None = None
+    progress: bool = True
+
+
+def run_simulate(request: SimulateRequest, out: TextIO = sys.stdout) -> list[SimResult]:
+    """Run the request; print a summary (one policy) or a comparison table (several).
+
+    Raises:
+        ConfigError: an unknown policy, a bad cluster or option.
+        TraceError: a malformed trace or a job the cluster cannot run.
+    """
+    if not request.policies:
+        raise ConfigError("no policy given; name one with --policy or several with --compare")
+    for name in request.policies:
+        _check_simulable(name)
+    table = (
+        data_files.shipped_throughputs()
+        if request.throughputs is None
+        else data_files.load_throughputs(request.throughputs)
+    )
+    site = SiteData(table, data_files.shipped_gpu_types(), data_files.shipped_site_energy())
+    trace, trace_name = _load_trace(request, site)
+    nodes = cluster_nodes(request.cluster, request.gpus_per_server)
+    results = []
+    for name in request.policies:
+        policy = _policy(name, request.policy_options, request.settings.seed)
+        with _progress(request.progress, name, len(trace)) as bar:
+            results.append(
+                simulate(
+                    trace,
+                    nodes,
+                    policy,
+                    site,
+                    request.settings,
+                    trace_name=trace_name,
+                    progress=bar,
+                )
+            )
+    from slurm_hetsched.sim.report import format_compare_table, format_summary, write_plots
+
+    text = format_summary(results[0]) if len(results) == 1 else format_compare_table(results)
+    if request.json_out != "-":
+        print(text, file=out)
+    if request.json_out is not None:
+        _write_json(request.json_out, results, out)
+    if request.plots_dir is not None:
+        for path in write_plots(results, request.plots_dir):
+            if request.json_out != "-":
+                print(f"wrote {path}", file=out)
+    return results
+
+
+def _check_simulable(name: str) -> None:
+    if name not in POLICIES:
+        get_policy(name)  # raises the ConfigError that lists every policy
+    if name.endswith("_packed"):
+        raise ConfigError(
+            f"policy {name!r} shares GPUs between pairs of jobs, which the round mechanism "
+            "does not place yet; simulate its policy without `_packed` instead"
+        )
+
+
+def _policy(name: str, options: Mapping[str, Any], seed: int) -> Policy:
+    """The policy with the run's options; a policy with randomness gets the run's seed."""
+    cls = POLICIES[name]
+    accepted = inspect.signature(cls.__init__).parameters
+    chosen = dict(options)
+    if "seed" in accepted and "seed" not in chosen:
+        chosen["seed"] = seed
+    unknown = sorted(set(chosen) - set(accepted) - {"seed"})
+    if unknown:
+        raise ConfigError(
+            f"policy {name!r} has no option(s) {unknown}; its options are "
+            f"{sorted(p for p in accepted if p != 'self')}"
+        )
+    return cls(**{k: v for k, v in chosen.items() if k in accepted})
+
+
+def _load_trace(request: SimulateRequest, site: SiteData) -> tuple[Trace, str]:
+    path = Path(request.trace)
+    if path.is_file():
+        return read_trace(path, request.trace_format, table=site.table), path.name
+    stem = request.trace.removesuffix(".trace")
+    if stem in SHIPPED_TRACES:
+        return read_shipped_trace(stem, table=site.table), f"{stem}.trace (shipped)"
+    raise ConfigError(
+        f"trace {request.trace!r}: no such file, and not a shipped trace "
+        f"({', '.join(SHIPPED_TRACES)})"
+    )
+
+
+def _write_json(target: str, results: Sequence[SimResult], out: TextIO) -> None:
+    data: Any = results[0].to_json() if len(results) == 1 else [r.to_json() for r in results]
+    text = json.dumps(data, indent=2)
+    if target == "-":
+        print(text, file=out)
+        return
+    try:
+        Path(target).write_text(text + "\n", encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"cannot write {target}: {exc.strerror}") from exc
+    print(f"wrote {target}", file=out)
+
+
+def _progress(enabled: bool, label: str, total: int) -> Any:
+    from slurm_hetsched.sim.report import Progress
+
+    return _ProgressAdapter(Progress(total=total, label=label, stream=sys.stderr), enabled)
+
+
+class _ProgressAdapter:
+    """The simulator's progress callback on top of the report's progress bar."""
+
+    def __init__(self, bar: Any, enabled: bool) -> None:
+        self.bar = bar
+        self.enabled = enabled
+
+    def __enter__(self) -> _ProgressAdapter:
+        if self.enabled:
+            self.bar.__enter__()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.enabled:
+            self.bar.__exit__(*exc)
+
+    def __call__(self, done: int, total: int, sim_time_s: float) -> None:
+        if self.enabled:
+            self.bar.update(done, sim_time_s=sim_time_s)

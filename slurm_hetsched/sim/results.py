@@ -1,0 +1,152 @@
+"""What one simulated run produced: per-job records, GPUs busy over time, and the run's totals.
+
+`hetsched simulate` prints these (sim/report.py), writes them as JSON (`SimResult.to_json`,
+keys in docs/simulation.md) and plots them.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True, slots=True)
+class JobRecord:
+    """One job of the trace, at the end of the run.
+
+    Attributes:
+        job_id: the trace's job id.
+        job_class: its throughput-table class.
+        num_gpus: GPUs it uses at once.
+        arrival_s: when it arrived (seconds from the trace's start).
+        start_s: when it first ran, or None if it never did.
+        end_s: when its last step ran, or None if it did not finish within the run.
+        total_steps: steps of the whole job.
+        steps_done: steps it ran (== total_steps when finished).
+        preemptions: times it was moved to other GPUs or stopped while it still had work.
+        gpu_s: GPU-seconds it held per GPU type (restart overhead included).
+        energy_kwh: IT energy of its busy GPUs (not the nodes' base or idle power).
+        due_s: its due date, or None.
+        tardiness_s: seconds its end was after its due date (0 without one, or on time).
+        tardiness_cost: tardiness weight x tardiness_s.
+    """
+
+    job_id: str
+    job_class: str
+    num_gpus: int
+    arrival_s: float
+    start_s: float | None
+    end_s: float | None
+    total_steps: float
+    steps_done: float
+    preemptions: int
+    gpu_s: Mapping[str, float] = field(default_factory=dict)
+    energy_kwh: float = 0.0
+    due_s: float | None = None
+    tardiness_s: float = 0.0
+    tardiness_cost: float = 0.0
+
+    @property
+    def jct_s(self) -> float | None:
+        """Job completion time: end - arrival, or None if unfinished."""
+        return None if self.end_s is None else self.end_s - self.arrival_s
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "job_id": self.job_id,
+            "class": self.job_class,
+            "num_gpus": self.num_gpus,
+            "arrival_s": _r(self.arrival_s),
+            "start_s": None if self.start_s is None else _r(self.start_s),
+            "end_s": None if self.end_s is None else _r(self.end_s),
+            "jct_s": None if self.jct_s is None else _r(self.jct_s),
+            "total_steps": _r(self.total_steps),
+            "steps_done": _r(self.steps_done),
+            "preemptions": self.preemptions,
+            "gpu_s": {t: _r(v) for t, v in sorted(self.gpu_s.items())},
+            "energy_kwh": _r(self.energy_kwh, 6),
+            "due_s": None if self.due_s is None else _r(self.due_s),
+            "tardiness_s": _r(self.tardiness_s),
+            "tardiness_cost": _r(self.tardiness_cost, 6),
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class BusySample:
+    """GPUs busy per type from `time_s` until the next sample (a step function)."""
+
+    time_s: float
+    busy: Mapping[str, int]
+
+
+@dataclass(frozen=True, slots=True)
+class SimResult:
+    """One policy's run on one trace and cluster.
+
+    Attributes:
+        policy: the policy's registered name.
+        trace: the trace's name (file name, or "generated").
+        cluster: GPUs per type.
+        round_s: the round length.
+        seed: the run's seed (policies with randomness, tie order).
+        jobs: one record per trace job, in trace order.
+        busy: GPUs busy per type over time, from 0 to the makespan.
+        rounds: rounds simulated.
+        wall_s: wall-clock seconds the run took (the only non-deterministic figure).
+        avg_jct_s: mean completion time of the finished jobs (NaN if none finished).
+        makespan_s: time the last job finished (or the run stopped).
+        utilization: busy GPU-seconds / (GPUs x makespan).
+        energy_kwh: IT energy of the whole cluster over the makespan (busy and idle GPUs,
+            node base power); facility energy is this x PUE.
+        energy_cost: facility energy x electricity price.
+        tardiness_cost: sum of the jobs' tardiness costs.
+        preemptions: sum of the jobs' preemptions.
+        completed: jobs finished.
+    """
+
+    policy: str
+    trace: str
+    cluster: Mapping[str, int]
+    round_s: float
+    seed: int
+    jobs: tuple[JobRecord, ...]
+    busy: tuple[BusySample, ...]
+    rounds: int
+    wall_s: float
+    avg_jct_s: float
+    makespan_s: float
+    utilization: float
+    energy_kwh: float
+    energy_cost: float
+    tardiness_cost: float
+    preemptions: int
+    completed: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "policy": self.policy,
+            "trace": self.trace,
+            "cluster": dict(sorted(self.cluster.items())),
+            "round_s": self.round_s,
+            "seed": self.seed,
+            "avg_jct_s": None if math.isnan(self.avg_jct_s) else _r(self.avg_jct_s),
+            "makespan_s": _r(self.makespan_s),
+            "utilization": _r(self.utilization, 4),
+            "energy_kwh": _r(self.energy_kwh, 3),
+            "energy_cost": _r(self.energy_cost, 3),
+            "tardiness_cost": _r(self.tardiness_cost, 3),
+            "preemptions": self.preemptions,
+            "completed": self.completed,
+            "rounds": self.rounds,
+            "wall_s": _r(self.wall_s, 3),
+            "jobs": [job.to_json() for job in self.jobs],
+            "busy": [
+                {"time_s": _r(s.time_s), "busy": dict(sorted(s.busy.items()))} for s in self.busy
+            ],
+        }
+
+
+def _r(value: float, digits: int = 3) -> float:
+    return round(float(value), digits) + 0.0

@@ -1,0 +1,223 @@
+"""Run a trace on a simulated cluster with one policy: the driver of `hetsched simulate`.
+
+The driver only wires the shared tick (controller/tick.py) to the simulated cluster, moves the
+simulated clock round by round (jumping over idle gaps to the next arrival) and turns what
+happened into a `SimResult`. Nothing here decides anything.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from slurm_hetsched.controller.tick import Tick, TickSettings
+from slurm_hetsched.core.costs import (
+    EnergyModel,
+    Interval,
+    job_energy_kwh,
+    tardiness_cost,
+    tardiness_s,
+    window_energy_kwh,
+)
+from slurm_hetsched.core.mechanism import GAVEL_MIN_RESET_INTERVAL_S
+from slurm_hetsched.core.model import Node
+from slurm_hetsched.core.policies.base import Policy
+from slurm_hetsched.core.problem import SiteData
+from slurm_hetsched.sim.cluster import SimClock, SimulatedCluster, SimulationError
+from slurm_hetsched.sim.layout import gpu_counts
+from slurm_hetsched.sim.results import BusySample, JobRecord, SimResult
+from slurm_hetsched.sim.traces import TraceJob, validate_trace
+from slurm_hetsched.store.memory import MemoryStore
+
+# A policy that leaves waiting jobs unplaced on an idle cluster this many rounds in a row, with
+# no arrival to come, would never finish them: stop with an error instead of looping forever.
+_IDLE_ROUNDS_LIMIT = 3
+
+# Called after every round with (jobs finished, jobs in the trace, simulated seconds).
+ProgressCallback = Callable[[int, int, float], None]
+
+
+@dataclass(frozen=True, slots=True)
+class SimSettings:
+    """How a simulation runs.
+
+    Attributes:
+        round_s: the round length (Gavel's simulator: 360 s).
+        restart_overhead_s: seconds a job restarting on other GPUs makes no progress.
+        min_reset_interval_s: the mechanism's minimum time between resets of received time.
+        idle_nodes_on: count nodes without a busy GPU at their idle power (a powered
+            cluster); False takes them as powered down (ANDREAS's assumption).
+        seed: recorded in the result (random policies take it as an option).
+    """
+
+    round_s: float = 360.0
+    restart_overhead_s: float = 10.0
+    min_reset_interval_s: float = GAVEL_MIN_RESET_INTERVAL_S
+    idle_nodes_on: bool = True
+    seed: int = 0
+
+
+@dataclass(slots=True)
+class _Run:
+    rounds: int = 0
+    idle_rounds: int = 0
+    notes: list[str] = field(default_factory=list)
+
+
+def simulate(
+    trace: Sequence[TraceJob],
+    nodes: Sequence[Node],
+    policy: Policy,
+    site: SiteData,
+    settings: SimSettings | None = None,
+    *,
+    trace_name: str = "trace",
+    progress: ProgressCallback | None = None,
+) -> SimResult:
+    """Replay `trace` on `nodes` with `policy` until every job has finished.
+
+    Raises:
+        TraceError: a job the throughput table cannot run on this cluster (all named).
+        SimulationError: the policy leaves jobs waiting forever on an idle cluster.
+        InvalidProblemError, SolverError: from the policy.
+    """
+    settings = settings or SimSettings()
+    counts = gpu_counts(tuple(nodes))
+    validate_trace(trace, site.table, tuple(counts), capacity=counts)
+    started = time.perf_counter()
+    clock = SimClock()
+    cluster = SimulatedCluster(trace, nodes, site.table, clock, settings.restart_overhead_s)
+    store = MemoryStore()
+    tick = Tick(
+        policy,
+        site,
+        cluster,
+        store,
+        TickSettings(settings.round_s, settings.min_reset_interval_s),
+    )
+    run = _Run()
+    while True:
+        round_start = clock.now()
+        tick.run_round()
+        run.rounds += 1
+        if progress is not None:
+            progress(len(cluster.finish_times), len(trace), round_start)
+        if cluster.done:
+            break
+        if cluster.active == 0:  # nothing to run until the next job arrives: jump there
+            clock.sleep_until(cluster.next_arrival_s() or round_start)
+            continue
+        if cluster.running == 0 and cluster.next_arrival_s() is None:
+            run.idle_rounds += 1
+            if run.idle_rounds >= _IDLE_ROUNDS_LIMIT:
+                waiting = sorted(
+                    s.trace.job_id for s in cluster.job_states().values() if s.end_s is None
+                )
+                raise SimulationError(
+                    f"policy {policy.name!r} leaves {len(waiting)} job(s) waiting on an idle "
+                    f"cluster with no arrival to come (e.g. {waiting[:5]}); it would never "
+                    "finish them"
+                )
+        else:
+            run.idle_rounds = 0
+        clock.sleep_until(round_start + settings.round_s)
+    return _result(trace, nodes, policy.name, site, settings, cluster, run, trace_name, started)
+
+
+def _result(
+    trace: Sequence[TraceJob],
+    nodes: Sequence[Node],
+    policy: str,
+    site: SiteData,
+    settings: SimSettings,
+    cluster: SimulatedCluster,
+    run: _Run,
+    trace_name: str,
+    started: float,
+) -> SimResult:
+    node_gpus = {node.name: dict(node.gpus) for node in nodes}
+    counts = gpu_counts(tuple(nodes))
+    states = cluster.job_states()
+    makespan = max(cluster.finish_times, default=0.0)
+    model = EnergyModel.from_catalog(site.gpu_types, site.energy, counts)
+    per_job = job_energy_kwh(model, cluster.intervals, node_gpus) if model else {}
+    due = np.array([math.nan if j.due_s is None else j.due_s for j in trace])
+    end = np.array(
+        [math.nan if states[j.job_id].end_s is None else states[j.job_id].end_s for j in trace]
+    )
+    weight = np.array([j.tardiness_weight for j in trace])
+    late_s = np.nan_to_num(tardiness_s(end, due))
+    late_cost = np.nan_to_num(tardiness_cost(end, due, weight))
+    records = tuple(
+        JobRecord(
+            job_id=job.job_id,
+            job_class=job.job_class,
+            num_gpus=job.num_gpus,
+            arrival_s=job.arrival_s,
+            start_s=states[job.job_id].start_s,
+            end_s=states[job.job_id].end_s,
+            total_steps=float(job.total_steps),
+            steps_done=float(job.total_steps) - states[job.job_id].steps_left,
+            preemptions=states[job.job_id].preemptions,
+            gpu_s=dict(states[job.job_id].gpu_s),
+            energy_kwh=per_job.get(job.job_id, 0.0) if model else math.nan,
+            due_s=job.due_s,
+            tardiness_s=float(late_s[i]),
+            tardiness_cost=float(late_cost[i]),
+        )
+        for i, job in enumerate(trace)
+    )
+    jcts = [r.jct_s for r in records if r.jct_s is not None]
+    busy_gpu_s = sum(iv.count * (iv.end_s - iv.start_s) for iv in cluster.intervals)
+    total_gpus = sum(counts.values())
+    energy = (
+        window_energy_kwh(
+            model, cluster.intervals, node_gpus, 0.0, makespan, idle_nodes_on=settings.idle_nodes_on
+        )
+        if model
+        else math.nan
+    )
+    return SimResult(
+        policy=policy,
+        trace=trace_name,
+        cluster=counts,
+        round_s=settings.round_s,
+        seed=settings.seed,
+        jobs=records,
+        busy=busy_samples(cluster.intervals, counts),
+        rounds=run.rounds,
+        wall_s=time.perf_counter() - started,
+        avg_jct_s=float(np.mean(jcts)) if jcts else math.nan,
+        makespan_s=makespan,
+        utilization=busy_gpu_s / (total_gpus * makespan) if makespan > 0 else 0.0,
+        energy_kwh=energy,
+        energy_cost=energy * site.energy.pue * site.energy.electricity_per_kwh,
+        tardiness_cost=float(late_cost.sum()),
+        preemptions=sum(r.preemptions for r in records),
+        completed=len(jcts),
+    )
+
+
+def busy_samples(
+    intervals: Sequence[Interval], counts: Mapping[str, int]
+) -> tuple[BusySample, ...]:
+    """GPUs busy per type as a step function: one sample at every change."""
+    events: dict[float, dict[str, int]] = {}
+    for iv in intervals:
+        for t_s, delta in ((iv.start_s, iv.count), (iv.end_s, -iv.count)):
+            per_type = events.setdefault(t_s, {})
+            per_type[iv.gpu_type] = per_type.get(iv.gpu_type, 0) + delta
+    busy = dict.fromkeys(counts, 0)
+    samples = [BusySample(0.0, dict(busy))]
+    for t_s in sorted(events):
+        for gpu_type, delta in events[t_s].items():
+            busy[gpu_type] += delta
+        if any(events[t_s].values()):
+            if samples[-1].time_s == t_s:
+                samples.pop()
+            samples.append(BusySample(t_s, dict(busy)))
+    return tuple(samples)

@@ -1,0 +1,1 @@
+"""Where the round state is kept: in memory (simulation), SQLite (the live controller)."""
