@@ -23,6 +23,11 @@ steps make every job distinct anyway). Steps follow Gavel's trace generator: a d
 uniform over the last hour, so elapsed times differ (but stay short of most jobs' run times,
 so the cluster's capacity, not one job's speed, sets the optimum). `--steps-only` prints just
 that table.
+
+With power data for the 3 measured types (the shipped `gpu_types.toml`), the max-min rows add
+`max_min_fairness_perf` with `energy_slack=0.1` (docs/policies.md "Trading fairness for
+energy"): the plain solve plus the least-power LP. `--energy-only` prints just those rows at
+2048 jobs.
 """
 
 from __future__ import annotations
@@ -36,6 +41,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from slurm_hetsched.core.costs import EnergyModel
 from slurm_hetsched.core.model import Problem
 from slurm_hetsched.core.policies.base import Policy
 from slurm_hetsched.core.policies.finish_time_fairness import FinishTimeFairnessPerf
@@ -43,7 +49,7 @@ from slurm_hetsched.core.policies.makespan import MinTotalDurationPerf
 from slurm_hetsched.core.policies.max_min_fairness import MaxMinFairnessPerf
 from slurm_hetsched.core.policies.water_filling import MaxMinFairnessWaterFillingPerf
 from slurm_hetsched.core.throughput import ThroughputTable
-from slurm_hetsched.data_files import shipped_throughputs
+from slurm_hetsched.data_files import shipped_gpu_types, shipped_site_energy, shipped_throughputs
 
 MEASURED = ("v100", "p100", "k80")
 MULTI_GPU = ((1, 2, 4, 8), (0.7, 0.1, 0.15, 0.05))  # Gavel's generate_job mix
@@ -111,6 +117,8 @@ def make_problem(case: Case, table: ThroughputTable, seed: int = 0) -> Problem:
         num_gpus=num_gpus,
         steps=duration_s * v100,
         arrival_s=-rng.uniform(0, 3600, case.n_jobs),
+        # None for the synthetic types (no power data): the energy rows run on 3 types only.
+        energy=EnergyModel.from_catalog(shipped_gpu_types(), shipped_site_energy(), types),
     )
 
 
@@ -156,9 +164,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--steps-only", action="store_true", help="only makespan and finish-time fairness"
     )
+    parser.add_argument(
+        "--energy-only", action="store_true", help="only max-min with energy_slack, 2048 jobs"
+    )
     args = parser.parse_args(argv)
     table = shipped_throughputs()
     sizes = (32, 128, 512) if args.quick else (32, 128, 512, 2048, 8192)
+    if args.energy_only:
+        sizes = (2048,)
     cases = [
         Case(n, 3, f, m, d)
         for d in (False, True)
@@ -166,7 +179,7 @@ def main(argv: list[str] | None = None) -> int:
         for f in (0.25, 0.5)
         for m in (False, True)
     ]
-    if not args.quick:
+    if not (args.quick or args.energy_only):
         cases += [
             Case(2048, 8, f, m, d)
             for d in (False, True)
@@ -186,19 +199,16 @@ def main(argv: list[str] | None = None) -> int:
     print("-" * len(header))
     for case in cases:
         problem = make_problem(case, table)
-        runs: list[tuple[str, Policy]] = [("highs", MaxMinFairnessPerf())]
-        if case.n_jobs <= 2048:
-            runs.append(("cvxpy", MaxMinFairnessPerf(backend="cvxpy")))
-        water = MaxMinFairnessWaterFillingPerf()
-        if case.n_jobs <= 2048 or not case.distinct:
-            runs.append(("highs", water))
+        runs = max_min_runs(case, problem, args.energy_only)
         for backend, policy in runs:
             wall, objective, lps = timed(policy, problem)
+            label = policy.name + (" energy_slack=.1" if getattr(policy, "energy_slack", 0) else "")
             print(
-                f"{policy.name:<37} {backend:<8} {case.label()} {wall:9.4f} {objective:9.4f} "
-                f"{lps:>4}",
+                f"{label:<37} {backend:<8} {case.label()} {wall:9.4f} {objective:9.4f} {lps:>4}",
                 flush=True,
             )
+    if args.energy_only:
+        return 0
     if args.large:
         for distinct in (False, True):
             case = Case(100_000, 3, 0.25, True, distinct)
@@ -207,6 +217,19 @@ def main(argv: list[str] | None = None) -> int:
     print()
     print_steps_table(cases, table)
     return 0
+
+
+def max_min_runs(case: Case, problem: Problem, energy_only: bool) -> list[tuple[str, Policy]]:
+    """The (backend, policy) runs of the max-min table for one case."""
+    energy = [("highs", MaxMinFairnessPerf(energy_slack=0.1))] if problem.energy else []
+    if energy_only:
+        return [("highs", MaxMinFairnessPerf()), *energy]
+    runs: list[tuple[str, Policy]] = [("highs", MaxMinFairnessPerf()), *energy]
+    if case.n_jobs <= 2048:
+        runs.append(("cvxpy", MaxMinFairnessPerf(backend="cvxpy")))
+    if case.n_jobs <= 2048 or not case.distinct:
+        runs.append(("highs", MaxMinFairnessWaterFillingPerf()))
+    return runs
 
 
 def print_steps_table(cases: list[Case], table: ThroughputTable) -> None:

@@ -33,11 +33,12 @@ from slurm_hetsched.core.model import (
     Problem,
 )
 from slurm_hetsched.core.policies import POLICIES, get_policy
+from slurm_hetsched.core.policies.options import parse_options
 from slurm_hetsched.core.policies.packing import packed_pairs_from_table
 from slurm_hetsched.core.throughput import ThroughputTable, UnknownJobClassError
 from slurm_hetsched.data_files import shipped_gpu_types, shipped_site_energy, shipped_throughputs
 
-_PROBLEM_KEYS = {"gpus", "nodes", "jobs", "accounts", "gpu_types"}
+_PROBLEM_KEYS = {"gpus", "nodes", "jobs", "accounts", "gpu_types", "policy_options"}
 _JOB_KEYS = {
     "id",
     "throughput",
@@ -70,6 +71,8 @@ def run_allocate(
     problem_json: Mapping[str, Any],
     policy_name: str,
     table: ThroughputTable | None = None,
+    *,
+    options: Mapping[str, object] | None = None,
 ) -> dict[str, Any]:
     """Solve a what-if problem with one policy.
 
@@ -77,28 +80,43 @@ def run_allocate(
         problem_json: the parsed problem file (docs/interfaces.md).
         policy_name: a name from `policy_descriptions()`.
         table: the throughput table for jobs given by `class`; default the shipped one.
+        options: policy options (e.g. {"energy_slack": 0.1}; values may be strings such as
+            "0.1"), merged over the file's `policy_options`: a key given here wins.
 
     Returns:
         {"policy", "allocation": {job: {gpu type: time fraction}}, "objective", "solve_s"},
         values rounded to 3 digits; placement policies add "placement" (job -> its GPUs on
-        nodes; a job left out is postponed). When the problem gives `nodes` or `steps` and
-        every GPU type has busy_w and idle_w, "costs": the decision's expected energy and
-        tardiness (core/costs.py `decision_costs`).
+        nodes; a job left out is postponed). When every GPU type has busy_w and idle_w and
+        the problem gives `nodes` or `steps`, or options are in effect, "costs": the
+        decision's expected energy and tardiness (core/costs.py `decision_costs`); options
+        in effect are echoed as "policy_options".
 
     Raises:
-        ConfigError: unknown policy name.
+        ConfigError: unknown policy name, or an option it does not accept or a bad value.
         InvalidProblemError: the problem is malformed or cannot be solved as given.
         SolverError: the solver did not reach an optimal solution.
     """
-    policy = get_policy(policy_name)
+    merged = {**policy_options(problem_json), **(options or {})}
+    policy = get_policy(policy_name, merged)
     problem = parse_problem(problem_json, table)
     started = time.perf_counter()
     allocation = policy.allocate(problem)
     elapsed = time.perf_counter() - started
     out = dataclasses.replace(allocation, solve_s=elapsed).to_json()
-    if problem.energy is not None and (problem.nodes or problem.steps is not None):
+    if merged:
+        out["policy_options"] = parse_options(policy_name, policy.options, merged)
+    if problem.energy is not None and (problem.nodes or problem.steps is not None or merged):
         out["costs"] = decision_costs(problem, allocation.x, allocation.placements)
     return out
+
+
+def policy_options(data: Mapping[str, Any]) -> dict[str, object]:
+    """The file's optional top-level `policy_options` object ({} if absent).
+
+    Raises:
+        InvalidProblemError: it is not an object.
+    """
+    return dict(_mapping(data, "policy_options", "problem", required=False))
 
 
 def parse_problem(data: Mapping[str, Any], table: ThroughputTable | None = None) -> Problem:

@@ -109,6 +109,14 @@ def _add_allocate(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         default="max_min_fairness_perf",
         help="policy name (default: %(default)s; see --list)",
     )
+    p.add_argument(
+        "--policy-option",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a policy option, e.g. energy_slack=0.1 (repeatable; overrides the file's "
+        "policy_options; docs/policies.md lists them)",
+    )
     p.add_argument("--compact", action="store_true", help="print JSON on one line")
 
 
@@ -141,7 +149,9 @@ def _run_allocate(args: argparse.Namespace) -> int:
         for name, description in descriptions.items():
             print(f"{name.ljust(width)}  {description}")
         return 0
-    result = run_allocate(_read_json(args.problem), args.policy)
+    result = run_allocate(
+        _read_json(args.problem), args.policy, options=_options(args.policy_option)
+    )
     print(json.dumps(result, indent=None if args.compact else 2))
     return 0
 
@@ -283,8 +293,8 @@ def _add_trace(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         ),
     )
     g.add_argument("--output", "-o", required=True, metavar="FILE", help=".jsonl or .csv")
-    g.add_argument("--jobs", "-n", type=int, required=True, metavar="N", help="number of jobs")
-    rate = g.add_mutually_exclusive_group(required=True)
+    g.add_argument("--jobs", "-n", type=int, metavar="N", help="number of jobs")
+    rate = g.add_mutually_exclusive_group()
     rate.add_argument("--rate", type=float, metavar="JOBS_PER_HOUR", help="mean arrival rate")
     rate.add_argument(
         "--lam", type=float, metavar="S", help="mean seconds between arrivals (0: all at once)"
@@ -309,10 +319,57 @@ def _add_trace(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     )
     g.add_argument("--throughputs", type=Path, metavar="FILE", help="throughput table file")
     g.add_argument("--format", choices=("jsonl", "csv"), help="output format (default: by name)")
+    g.add_argument(
+        "--scenario",
+        choices=("andreas1", "andreas2"),
+        help="ANDREAS's evaluation instead: N nodes half V100 half T4 (1: 2 x V100 or 1 x T4 per "
+        "node; 2: 4 x V100 or 2 x T4), 10 N jobs with due dates; also writes STEM.nodes.toml "
+        "and STEM.throughputs.json for `hetsched simulate` (docs/simulation.md)",
+    )
+    g.add_argument("--nodes", type=int, metavar="N", help="with --scenario: number of nodes")
+    g.add_argument(
+        "--t4-ratio",
+        type=float,
+        default=0.35,
+        metavar="R",
+        help="with --scenario: T4 steps/s = R x V100's (default: 0.35; docs/simulation.md)",
+    )
 
 
 def _run_trace(args: argparse.Namespace) -> int:
     from slurm_hetsched.sim.generate import run_generate
+    from slurm_hetsched.sim.scenarios import run_generate_scenario
+
+    if args.scenario:
+        if args.nodes is None:
+            raise ConfigError("--scenario needs --nodes N")
+        given = [
+            flag
+            for flag, value in (
+                ("--jobs", args.jobs),
+                ("--rate", args.rate),
+                ("--lam", args.lam),
+                ("--due-factor", args.due_factor),
+                ("--gpu-types", args.gpu_types),
+            )
+            if value is not None
+        ]
+        if given:
+            raise ConfigError(f"--scenario draws the jobs itself; drop {', '.join(given)}")
+        print(
+            run_generate_scenario(
+                args.output,
+                int(args.scenario[-1]),
+                args.nodes,
+                args.seed,
+                throughputs=args.throughputs,
+                t4_ratio=args.t4_ratio,
+                fmt=args.format,
+            )
+        )
+        return 0
+    if args.jobs is None or (args.rate is None and args.lam is None):
+        raise ConfigError("give --jobs N and one of --rate or --lam (or --scenario)")
 
     print(
         run_generate(
@@ -353,18 +410,16 @@ def _non_negative(value: float, flag: str) -> float:
     return value
 
 
-def _options(items: Sequence[str]) -> dict[str, Any]:
-    """KEY=VALUE strings -> {key: value}, values read as JSON where they parse (numbers,
-    true/false), else kept as strings."""
-    options: dict[str, Any] = {}
+def _options(items: Sequence[str]) -> dict[str, str]:
+    """KEY=VALUE strings -> {key: value}; the policy checks and converts each value."""
+    options: dict[str, str] = {}
     for item in items:
         key, sep, raw = item.partition("=")
         if not sep or not key.strip():
-            raise ConfigError(f"--policy-option {item!r}: expected KEY=VALUE")
-        try:
-            options[key.strip()] = json.loads(raw)
-        except json.JSONDecodeError:
-            options[key.strip()] = raw
+            raise ConfigError(
+                f"--policy-option {item!r}: expected KEY=VALUE, e.g. energy_slack=0.1"
+            )
+        options[key.strip()] = raw.strip()
     return options
 
 

@@ -243,4 +243,5 @@ class SimulatedCluster:
             due_s=job.due_s,
             tardiness_weight=job.tardiness_weight,
             slo_s=job.slo_s,
+            allowed_gpus=job.allowed_gpus,
         )

@@ -58,6 +58,7 @@ KEYS = (
     "due_s",
     "tardiness_weight",
     "slo_s",
+    "allowed_gpus",
 )
 REQUIRED_KEYS = ("arrival_s", "class", "steps")
 # Reference GPU type for Gavel's SLO field (a multiple of the job's duration there), the same
@@ -315,8 +316,9 @@ def parse_jsonl(text: str, *, source: str = "<string>") -> Trace:
     """Parse our JSONL format: one JSON object per non-blank line with the keys of KEYS.
 
     Required: arrival_s, class, steps. Optional: id (default: the job's 0-based position),
-    num_gpus (1), weight (1), account (""), due_s, tardiness_weight (0), slo_s; null means
-    the default. Unknown keys are rejected.
+    num_gpus (1, or the smallest of allowed_gpus), weight (1), account (""), due_s,
+    tardiness_weight (0), slo_s, allowed_gpus (a list of GPU counts); null means the default.
+    Unknown keys are rejected.
 
     Raises:
         TraceError: naming `source`, the line and the key.
@@ -335,7 +337,7 @@ def parse_jsonl(text: str, *, source: str = "<string>") -> Trace:
                 f"{here}: a JSON {type(record).__name__}; expected an object with keys {list(KEYS)}"
             )
         _check_keys(record, here, "key")
-        jobs.append(_record_job(record, here, len(jobs), source, lineno))
+        jobs.append(_record_job(record, here, len(jobs), source, lineno, csv_cell=False))
     return _finish(jobs, source)
 
 
@@ -343,7 +345,8 @@ def parse_csv(text: str, *, source: str = "<string>") -> Trace:
     """Parse our CSV format: a header row naming columns of KEYS, then one job per row.
 
     Required columns: arrival_s, class, steps; the others are optional, and an empty cell
-    means the default (as null does in JSONL). Unknown columns are rejected.
+    means the default (as null does in JSONL). allowed_gpus is written "1;2;4" (a comma would
+    need quoting). Unknown columns are rejected.
 
     Raises:
         TraceError: naming `source`, the line and the column.
@@ -368,7 +371,7 @@ def parse_csv(text: str, *, source: str = "<string>") -> Trace:
                     f"({', '.join(header)})"
                 )
             record = {k: v for k, v in zip(header, row, strict=True) if v.strip() != ""}
-            jobs.append(_record_job(record, here, len(jobs), source, lineno))
+            jobs.append(_record_job(record, here, len(jobs), source, lineno, csv_cell=True))
     except csv.Error as exc:
         raise TraceError(f"{source}, line {end + 1}: not valid CSV ({exc})") from None
     if header is None:
@@ -569,7 +572,7 @@ def _check_keys(keys: Iterable[str], here: str, what: str) -> None:
 
 
 def _record_job(
-    record: Mapping[str, Any], here: str, index: int, source: str, lineno: int
+    record: Mapping[str, Any], here: str, index: int, source: str, lineno: int, csv_cell: bool
 ) -> TraceJob:
     """A TraceJob from one JSONL object or CSV row (absent, null and "" mean the default)."""
     present = {k: v for k, v in record.items() if v is not None}
@@ -589,7 +592,12 @@ def _record_job(
         return value.strip()
 
     steps = _whole(present["steps"], "steps", here, "steps >= 1")
-    num_gpus = _whole(present.get("num_gpus", 1), "num_gpus", here, "GPUs >= 1")
+    allowed = (
+        _allowed_gpus(present["allowed_gpus"], here, csv_cell) if "allowed_gpus" in present else ()
+    )
+    # Without num_gpus, a job with allowed_gpus starts from their smallest (the rule they obey).
+    default_gpus = allowed[0] if allowed else 1
+    num_gpus = _whole(present.get("num_gpus", default_gpus), "num_gpus", here, "GPUs >= 1")
     weight, tardiness = optional("weight"), optional("tardiness_weight")
     return TraceJob(
         job_id=text("id", str(index)),
@@ -602,9 +610,27 @@ def _record_job(
         due_s=optional("due_s"),
         tardiness_weight=0.0 if tardiness is None else tardiness,
         slo_s=optional("slo_s"),
+        allowed_gpus=allowed,
         source=source,
         line=lineno,
     )
+
+
+def _allowed_gpus(value: Any, here: str, csv_cell: bool) -> tuple[int, ...]:
+    """allowed_gpus from a JSON list or a CSV cell "1;2;4" (whole numbers, any order here;
+    TraceJob then checks they are distinct, ascending and start at num_gpus >= 1)."""
+    expected = "GPU counts: " + ('"1;2;4" in CSV' if csv_cell else "a JSON list such as [1, 2, 4]")
+    if csv_cell and isinstance(value, str):
+        items: list[Any] = value.split(";")
+        if any(not v.strip() for v in items):
+            raise TraceError(f"{here}: allowed_gpus is {value!r}; expected {expected}")
+    elif not csv_cell and isinstance(value, list):
+        items = value
+    else:
+        raise TraceError(f"{here}: allowed_gpus is {value!r}; expected {expected}")
+    if not items:
+        return ()
+    return tuple(_whole(v, "allowed_gpus", here, "GPUs >= 1 in each entry") for v in items)
 
 
 def _record(job: TraceJob) -> dict[str, Any]:
@@ -620,8 +646,11 @@ def _record(job: TraceJob) -> dict[str, Any]:
         "due_s": job.due_s,
         "tardiness_weight": job.tardiness_weight,
         "slo_s": job.slo_s,
+        "allowed_gpus": list(job.allowed_gpus) if job.allowed_gpus else None,
     }
 
 
 def _csv_cell(value: Any) -> str:
+    if isinstance(value, list):
+        return ";".join(str(v) for v in value)
     return repr(value) if isinstance(value, float) else str(value)

@@ -418,18 +418,21 @@ def trace_jobs(draw: st.DrawFn) -> tuple[TraceJob, ...]:
     for i in range(n):
         arrival = draw(finite)
         due = draw(st.none() | finite.map(lambda d, a=arrival: a + d))
+        num_gpus = draw(st.integers(1, 64))
+        extra = draw(st.sets(st.integers(num_gpus + 1, 128), max_size=3))
         jobs.append(
             TraceJob(
                 job_id=f"{i}{draw(text_)}",
                 arrival_s=arrival,
                 job_class=draw(text_.filter(bool)),
-                num_gpus=draw(st.integers(1, 64)),
+                num_gpus=num_gpus,
                 total_steps=draw(st.integers(1, 10**12)),
                 weight=draw(finite.filter(lambda w: w > 0)),
                 account=draw(text_),
                 due_s=None if due is None or not math.isfinite(due) else due,
                 tardiness_weight=draw(finite),
                 slo_s=draw(st.none() | finite.filter(lambda s: s > 0)),
+                allowed_gpus=(num_gpus, *sorted(extra)) if extra else (),
             )
         )
     return tuple(jobs)
@@ -463,3 +466,71 @@ def test_to_job() -> None:
         slo_s=3600.0,
     )
     assert [j.key for j in to_jobs(read_shipped_trace("small_test"))] == [str(i) for i in range(20)]
+
+
+# ----------------------------------------------------------------------------------------------
+# allowed_gpus: the GPU counts a placement policy (ANDREAS) may choose from
+
+
+def test_allowed_gpus_round_trip_in_both_formats(tmp_path: Path) -> None:
+    trace = (
+        TraceJob("a", 0.0, "A3C", 1, 10, allowed_gpus=(1, 2, 4)),
+        TraceJob("b", 1.0, "A3C", 2, 10),  # () = its num_gpus only
+    )
+    jsonl = format_trace(trace, "jsonl")
+    assert '"allowed_gpus": [1, 2, 4]' in jsonl.splitlines()[0]
+    assert '"allowed_gpus": null' in jsonl.splitlines()[1]
+    csv_text = format_trace(trace, "csv")
+    assert csv_text.splitlines()[1].endswith(",1;2;4")
+    assert csv_text.splitlines()[2].endswith(",")
+    for suffix in (".jsonl", ".csv"):
+        write_trace(tmp_path / f"t{suffix}", trace)
+        back = read_trace(tmp_path / f"t{suffix}")
+        assert back == trace
+        assert back[0].allowed_gpus == (1, 2, 4)
+        assert back[0].to_job().allowed_gpus == (1, 2, 4)
+
+
+def test_allowed_gpus_without_num_gpus_starts_from_the_smallest() -> None:
+    (record,) = parse_jsonl('{"arrival_s": 0, "class": "A3C", "steps": 5, "allowed_gpus": [2, 4]}')
+    assert (record.num_gpus, record.allowed_gpus) == (2, (2, 4))
+    (row,) = parse_csv("arrival_s,class,steps,allowed_gpus\n0,A3C,5,2;4\n")
+    assert row == record
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        ('"1;2"', "allowed_gpus is '1;2'; expected GPU counts: a JSON list"),
+        ("[1, 2.5]", "allowed_gpus is 2.5; expected a whole number"),
+        ("[1, true]", "allowed_gpus is True"),
+        ("3", "allowed_gpus is 3; expected GPU counts"),
+        ("[2, 1]", "allowed_gpus is [2, 1]; expected distinct ascending counts from num_gpus (1)"),
+        ("[1, 1, 2]", "allowed_gpus is [1, 1, 2]; expected distinct ascending"),
+        ("[2, 4]", "allowed_gpus is [2, 4]; expected distinct ascending counts from num_gpus (1)"),
+    ],
+)
+def test_allowed_gpus_errors_in_jsonl(value: str, expected: str) -> None:
+    line = f'{{"arrival_s": 0, "class": "A3C", "steps": 5, "num_gpus": 1, "allowed_gpus": {value}}}'
+    with pytest.raises(TraceError) as info:
+        parse_jsonl(line, source="j.jsonl")
+    assert str(info.value).startswith("j.jsonl, line 1")
+    assert expected in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("cell", "expected"),
+    [
+        ("1;two", "allowed_gpus is 'two'"),
+        ("1;;2", "allowed_gpus is '1;;2'; expected GPU counts: \"1;2;4\" in CSV"),
+        ("0;1", "allowed_gpus is [0, 1]; expected distinct ascending counts from num_gpus (1)"),
+        ("1;4;2", "allowed_gpus is [1, 4, 2]"),
+    ],
+)
+def test_allowed_gpus_errors_in_csv(cell: str, expected: str) -> None:
+    with pytest.raises(TraceError) as info:
+        parse_csv(
+            f"arrival_s,class,steps,num_gpus,allowed_gpus\n0,A3C,5,1,{cell}\n", source="c.csv"
+        )
+    assert str(info.value).startswith("c.csv, line 2")
+    assert expected in str(info.value)

@@ -7,6 +7,8 @@ heterogeneity-agnostic baseline that sees every GPU type as the same.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from slurm_hetsched.core.policies.andreas import Andreas
 from slurm_hetsched.core.policies.base import Policy
 from slurm_hetsched.core.policies.cost import (
@@ -21,6 +23,7 @@ from slurm_hetsched.core.policies.finish_time_fairness import (
 )
 from slurm_hetsched.core.policies.makespan import MinTotalDuration, MinTotalDurationPerf
 from slurm_hetsched.core.policies.max_min_fairness import MaxMinFairness, MaxMinFairnessPerf
+from slurm_hetsched.core.policies.options import PolicyOption, parse_options
 from slurm_hetsched.core.policies.packing import (
     MaxMinFairnessPacked,
     MaxMinFairnessPerfPacked,
@@ -64,11 +67,14 @@ POLICIES: dict[str, type[Policy]] = {
 }
 
 
-def get_policy(name: str) -> Policy:
-    """A new instance of the policy registered as `name`, with its default settings.
+def get_policy(name: str, options: Mapping[str, object] | None = None) -> Policy:
+    """A new instance of the policy registered as `name`, with `options` (its class's
+    `options`, e.g. {"energy_slack": 0.1}; values may be strings such as "0.1" or "true")
+    and the defaults for the rest.
 
     Raises:
-        ConfigError: no policy has that name (the message lists every valid one).
+        ConfigError: no policy has that name (the message lists every valid one), or an
+            option the policy does not accept or a bad value (the message lists its options).
     """
     try:
         cls = POLICIES[name]
@@ -77,7 +83,8 @@ def get_policy(name: str) -> Policy:
             f"unknown policy {name!r}; valid policies are: {', '.join(sorted(POLICIES))} "
             "(`hetsched allocate --list` describes them)"
         ) from None
-    return cls()
+    kwargs = parse_options(name, cls.options, options or {})
+    return cls(**kwargs)
 
 
-__all__ = ["POLICIES", "Policy", "get_policy"]
+__all__ = ["POLICIES", "Policy", "PolicyOption", "get_policy"]

@@ -39,6 +39,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import ClassVar
 
 import numpy as np
@@ -49,6 +50,12 @@ from slurm_hetsched.core.model import (
     InvalidProblemError,
     Placement,
     Problem,
+)
+from slurm_hetsched.core.policies.options import (
+    PolicyOption,
+    parse_count,
+    parse_non_negative,
+    parse_seed,
 )
 
 logger = logging.getLogger(__name__)
@@ -264,6 +271,19 @@ class Andreas:
     description: ClassVar[str] = (
         "ANDREAS: randomized greedy placement on nodes, cheapest deadline-meeting configuration "
         "else fastest, minimizing tardiness + postponement + energy cost (needs nodes, steps)"
+    )
+    options: ClassVar[Mapping[str, PolicyOption]] = MappingProxyType(
+        {
+            "max_it": PolicyOption(
+                "randomized greedy constructions per call (MaxIt; default 1000)", 1000, parse_count
+            ),
+            "rho": PolicyOption(
+                "penalty coefficient of postponed jobs (default 100)", 100.0, parse_non_negative
+            ),
+            "seed": PolicyOption(
+                "seed of the random construction (hetsched simulate: --seed)", 0, parse_seed
+            ),
+        }
     )
     # Places jobs on nodes: needs a `nodes` problem (generic tests on `gpus` problems skip it).
     needs_nodes: ClassVar[bool] = True

@@ -19,6 +19,7 @@ No I/O.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import ClassVar, Protocol
 
@@ -35,6 +36,7 @@ from slurm_hetsched.core.policies.lp import (
     solve_highs,
     stack_rows,
 )
+from slurm_hetsched.core.policies.options import PolicyOption
 from slurm_hetsched.errors import SolverError
 
 # A returned solution may violate a constraint by this much (solver tolerances are ~1e-7);
@@ -45,10 +47,12 @@ NOISE = 1e-7
 
 
 class Policy(Protocol):
-    """A policy: a name, a one-line description, and a pure `allocate`."""
+    """A policy: a name, a one-line description, the options it accepts (options.py; each
+    is also a keyword argument of its constructor), and a pure `allocate`."""
 
     name: ClassVar[str]
     description: ClassVar[str]
+    options: ClassVar[Mapping[str, PolicyOption]]
 
     def allocate(self, problem: Problem) -> Allocation:
         """The allocation for `problem`.
@@ -278,6 +282,27 @@ class ValueLP:
         return x
 
 
+def floor_rows(
+    rows: np.ndarray, cols: np.ndarray, floor_rate: np.ndarray, floor: np.ndarray
+) -> RowBlock:
+    """Rows sum_j floor_rate[m, j] x[m, j] >= floor[m], one per m with floor[m] > 0.
+
+    Args:
+        rows, cols: (n_entries,) the (row, type) of each column, as for base_rows.
+        floor_rate: (n_rows, n_types) rate per unit of time fraction.
+        floor: (n_rows,) the rate each row must reach (0 = no row).
+    """
+    floored = np.flatnonzero(floor > 0)
+    position = np.full(len(floor), -1)
+    position[floored] = np.arange(len(floored))
+    keep = position[rows] >= 0
+    matrix = sp.csr_matrix(
+        (floor_rate[rows[keep], cols[keep]], (position[rows[keep]], np.flatnonzero(keep))),
+        shape=(len(floored), len(rows)),
+    )
+    return RowBlock(matrix, floor[floored], np.full(len(floored), INF))
+
+
 def value_lp(
     value: np.ndarray,
     allowed: np.ndarray,
@@ -302,15 +327,7 @@ def value_lp(
     n_entries = len(rows)
     blocks = [base_rows(rows, cols, n_rows, gpus_per_row, capacity)]
     if floor is not None and floor_rate is not None and np.any(floor > 0):
-        floored = np.flatnonzero(floor > 0)
-        position = np.full(n_rows, -1)
-        position[floored] = np.arange(len(floored))
-        keep = position[rows] >= 0
-        matrix = sp.csr_matrix(
-            (floor_rate[rows[keep], cols[keep]], (position[rows[keep]], np.flatnonzero(keep))),
-            shape=(len(floored), n_entries),
-        )
-        blocks.insert(0, RowBlock(matrix, floor[floored], np.full(len(floored), INF)))
+        blocks.insert(0, floor_rows(rows, cols, floor_rate, floor))
     lp = SparseLP(
         cost=value[rows, cols],
         col_lower=np.zeros(n_entries),

@@ -17,7 +17,10 @@ program; that ratio does not change when every x is scaled, so its optimum runs 
 single most cost-efficient (job, type) entries and leaves every other job without GPUs.
 
 SLOs (`slo_s`, seconds from arrival; inf = none; needs `steps`): job m meets its SLO at rate
-required_m = steps_m / (arrival_s + slo_s - now_s). The policy
+required_m = steps_m / (deadline_m - now_s), deadline_m = arrival_s + slo_s. A job with a due
+date (`due_s`) and no SLO has the due date as its deadline (option `due_dates_as_slos`, on by
+default; off: due dates are ignored), so jobs are given the rate that finishes them on time.
+The policy
 1. reports as unmet each SLO that no allocation meets even with the job alone: its deadline
    has passed, or required_m exceeds its rate with all its time on its fastest type;
 2. solves the LP with all the other SLOs as rate floors: the usual case, one LP;
@@ -35,6 +38,8 @@ No I/O.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from types import MappingProxyType
 from typing import ClassVar
 
 import cvxpy as cp
@@ -54,6 +59,7 @@ from slurm_hetsched.core.policies.base import (
     solve_cvxpy,
 )
 from slurm_hetsched.core.policies.max_min_fairness import check_backend
+from slurm_hetsched.core.policies.options import NO_OPTIONS, PolicyOption, parse_flag
 from slurm_hetsched.errors import SolverError
 
 # An SLO counts as met when the job's rate is within this (relative) of its required rate.
@@ -77,22 +83,37 @@ def value_per_cost(problem: Problem, policy: str) -> np.ndarray:
     return np.asarray(normalized_rate_matrix(problem) / per_gpu_hour)
 
 
-def required_rates(problem: Problem, policy: str) -> tuple[np.ndarray, np.ndarray]:
-    """(required steps/s (n_jobs,), has_slo (n_jobs,) bool) from `slo_s` and `steps`.
+def deadlines_s(problem: Problem, due_dates: bool) -> np.ndarray:
+    """(n_jobs,) each job's completion deadline on the problem's clock; inf = none.
 
-    required is 0 for jobs without an SLO or with no steps left, inf where the deadline
-    (arrival_s + slo_s) is not after now_s.
+    An SLO gives arrival_s + slo_s; with `due_dates`, a job without an SLO but with a due date
+    has the due date as its deadline.
+    """
+    deadline = np.full(problem.n_jobs, np.inf)
+    if due_dates and problem.due_s is not None:
+        deadline = np.where(np.isnan(problem.due_s), np.inf, problem.due_s)
+    if problem.slo_s is not None:
+        deadline = np.where(np.isfinite(problem.slo_s), problem.arrival_s + problem.slo_s, deadline)
+    return np.asarray(deadline)
+
+
+def required_rates(
+    problem: Problem, policy: str, due_dates: bool = False
+) -> tuple[np.ndarray, np.ndarray]:
+    """(required steps/s (n_jobs,), has_slo (n_jobs,) bool) from the deadlines and `steps`.
+
+    required is 0 for jobs without a deadline (deadlines_s) or with no steps left, inf where
+    the deadline is not after now_s.
 
     Raises:
-        InvalidProblemError: some job has an SLO but the problem has no `steps`.
+        InvalidProblemError: some job has a deadline but the problem has no `steps`.
     """
-    if problem.slo_s is None:
-        return np.zeros(problem.n_jobs), np.zeros(problem.n_jobs, dtype=bool)
-    has_slo = np.isfinite(problem.slo_s)
+    deadline = deadlines_s(problem, due_dates)
+    has_slo = np.isfinite(deadline)
     if not has_slo.any():
         return np.zeros(problem.n_jobs), has_slo
     steps = problem.require("steps", policy)
-    remaining_s = problem.arrival_s + problem.slo_s - problem.now_s
+    remaining_s = np.where(has_slo, deadline, 0.0) - problem.now_s
     ahead = remaining_s > 0
     required = np.where(ahead, steps / np.where(ahead, remaining_s, 1.0), np.inf)
     return np.where(has_slo & (steps > 0), required, 0.0), has_slo
@@ -132,6 +153,8 @@ class MaxSumThroughputNormalizedByCostPerf:
         "(needs GPU prices)"
     )
     slos: ClassVar[bool] = False
+    options: ClassVar[Mapping[str, PolicyOption]] = NO_OPTIONS
+    due_dates_as_slos: bool = False
 
     def __init__(self, backend: str = "highs", solver: str = "HIGHS") -> None:
         """Args: backend "highs" (fast) or "cvxpy"; solver: the cvxpy solver name for the LPs
@@ -155,7 +178,7 @@ class MaxSumThroughputNormalizedByCostPerf:
             x, solve_s = maximize_value(problem, value, self.backend, self.solver, self.name)
             return self._allocation(problem, value, x, solve_s, 1, None)
         throughput = rate_matrix(problem)
-        required, has_slo = required_rates(problem, self.name)
+        required, has_slo = required_rates(problem, self.name, self.due_dates_as_slos)
         meetable = required <= best_rate(throughput) * (1 + 1e-9)  # inf (missed) is not
         floor = np.where(has_slo & meetable, required, 0.0)
         solves = 1
@@ -213,3 +236,23 @@ class MaxSumThroughputNormalizedByCostPerfSLOs(MaxSumThroughputNormalizedByCostP
         "possible together) and lists the others in unmet_slos (needs prices; SLOs need steps)"
     )
     slos: ClassVar[bool] = True
+    options: ClassVar[Mapping[str, PolicyOption]] = MappingProxyType(
+        {
+            "due_dates_as_slos": PolicyOption(
+                description=(
+                    "true/false: a job with a due date but no slo_s must finish by its due "
+                    "date (needs steps)"
+                ),
+                default=True,
+                parse=parse_flag,
+            )
+        }
+    )
+
+    def __init__(
+        self, backend: str = "highs", solver: str = "HIGHS", due_dates_as_slos: bool = True
+    ) -> None:
+        """Args: as the policy without SLOs; due_dates_as_slos: take `due_s` as the deadline
+        of a job that has no `slo_s`."""
+        super().__init__(backend, solver)
+        self.due_dates_as_slos = parse_flag(due_dates_as_slos)

@@ -19,6 +19,7 @@ it compares with `andreas`'s. No I/O.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import ClassVar
 
 import numpy as np
@@ -30,6 +31,7 @@ from slurm_hetsched.core.policies.andreas import (
     placement_allocation,
     proxy_objective,
 )
+from slurm_hetsched.core.policies.options import NO_OPTIONS, PolicyOption
 
 RHO = 100.0  # the postponement penalty of the proxy objective they report (ANDREAS's rho)
 
@@ -42,6 +44,7 @@ class FifoExclusive:
         "ANDREAS baseline: FIFO, each job alone on a free node (cheapest deadline-meeting "
         "configuration else fastest), never preempted (needs nodes, steps)"
     )
+    options: ClassVar[Mapping[str, PolicyOption]] = NO_OPTIONS
     needs_nodes: ClassVar[bool] = True  # a `nodes` problem only, like andreas
 
     def order(self, problem: Problem) -> np.ndarray:

@@ -27,6 +27,7 @@ No I/O.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import ClassVar
 
 import numpy as np
@@ -41,6 +42,7 @@ from slurm_hetsched.core.policies.base import (
     rate_matrix,
 )
 from slurm_hetsched.core.policies.max_min_fairness import check_backend
+from slurm_hetsched.core.policies.options import NO_OPTIONS, PolicyOption
 
 
 def order_value(problem: Problem, throughput: np.ndarray, rank: np.ndarray) -> np.ndarray:
@@ -64,6 +66,7 @@ class FifoPerf:
         "FIFO on throughputs: jobs in arrival order get their fastest GPU types (Gavel's "
         "arrival-weighted LP)"
     )
+    options: ClassVar[Mapping[str, PolicyOption]] = NO_OPTIONS
     agnostic: ClassVar[bool] = False
 
     def __init__(self, backend: str = "highs", solver: str = "HIGHS") -> None:

@@ -40,11 +40,15 @@ baseline (base.rate_matrix: each job at its mean rate on every type it can run o
 "highs" (default, the searches above) and "cvxpy" (Gavel's one convex program, min max of
 t_m + steps_m * inv_pos(throughput), solved by CLARABEL), which tests check agree.
 
+Option `energy_slack` (energy.py): give up that fraction of the objective for the allocation
+that draws the least power.
+
 No I/O.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -62,8 +66,10 @@ from slurm_hetsched.core.policies.base import (
     rates,
     solve_cvxpy,
 )
+from slurm_hetsched.core.policies.energy import Floors, least_power, require_energy
 from slurm_hetsched.core.policies.lp import solve_highs
 from slurm_hetsched.core.policies.max_min_fairness import IPM_ROWS, check_backend, rate_lp
+from slurm_hetsched.core.policies.options import ENERGY_OPTIONS, PolicyOption, checked
 from slurm_hetsched.core.policies.speed_classes import SpeedClasses
 from slurm_hetsched.core.policies.symmetry import group_jobs
 from slurm_hetsched.errors import SolverError
@@ -162,20 +168,28 @@ class FinishTimeFairnessPerf:
         "to finish time on a 1/n share (needs steps)"
     )
     agnostic: ClassVar[bool] = False
+    options: ClassVar[Mapping[str, PolicyOption]] = ENERGY_OPTIONS
 
-    def __init__(self, backend: str = "highs", solver: str = "CLARABEL") -> None:
-        """Args: backend "highs" (fast) or "cvxpy"; solver: the cvxpy solver name."""
+    def __init__(
+        self, backend: str = "highs", solver: str = "CLARABEL", energy_slack: float = 0.0
+    ) -> None:
+        """Args: backend "highs" (fast) or "cvxpy"; solver: the cvxpy solver name;
+        energy_slack: the worst rho may grow by this fraction for less power (energy.py)."""
         check_backend(backend)
         self.backend = backend
         self.solver = solver
+        self.energy_slack = checked(self.name, self.options, "energy_slack", energy_slack)
 
     def allocate(self, problem: Problem) -> Allocation:
         """See the module docstring. The objective is max_m rho_m under the returned x.
 
         Raises:
-            InvalidProblemError: the problem has no `steps`.
+            InvalidProblemError: the problem has no `steps`; or energy_slack > 0 and it has
+                no power data.
             SolverError: a solve did not end optimal (or the search did not converge).
         """
+        if self.energy_slack > 0:
+            require_energy(problem, self.name)
         if problem.n_jobs == 0:
             return empty_allocation(problem, self.name)
         steps = problem.require("steps", self.name)
@@ -189,11 +203,24 @@ class FinishTimeFairnessPerf:
         else:
             x, solve_s, solves = self._solve_highs(problem, throughput, times)
         x = clean_solution(problem, x, self.name)
+        worst = times.worst(rates(throughput, x))
+        if self.energy_slack > 0 and worst > 0:
+            # rho_m <= (1 + slack) rho* is a rate floor per job: its demand at that rho.
+            floor = times.demand((1 + self.energy_slack) * worst)
+            x, more_s = least_power(
+                problem,
+                Floors.per_job(throughput, floor),
+                x,
+                policy=self.name,
+                backend=self.backend,
+                solver=self.solver,
+            )
+            worst, solve_s, solves = times.worst(rates(throughput, x)), solve_s + more_s, solves + 1
         return Allocation(
             job_ids=problem.job_ids,
             gpu_types=problem.gpu_types,
             x=x,
-            objective=times.worst(rates(throughput, x)),
+            objective=worst,
             solve_s=solve_s,
             policy=self.name,
             solves=solves,

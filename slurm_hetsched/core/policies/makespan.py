@@ -20,11 +20,15 @@ max_m steps_m / throughput(m, x) in seconds (0 if every job is finished).
 Two backends give the same optimum: "highs" (default; the LP of max_min_fairness.rate_lp with
 the steps as weights, over groups of identical jobs, solved by HiGHS directly) and "cvxpy".
 
+Option `energy_slack` (energy.py): give up that fraction of the objective for the allocation
+that draws the least power.
+
 No I/O.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import ClassVar
 
 import cvxpy as cp
@@ -39,8 +43,10 @@ from slurm_hetsched.core.policies.base import (
     rates,
     solve_cvxpy,
 )
+from slurm_hetsched.core.policies.energy import Floors, least_power, require_energy
 from slurm_hetsched.core.policies.lp import solve_highs
 from slurm_hetsched.core.policies.max_min_fairness import IPM_ROWS, check_backend, rate_lp
+from slurm_hetsched.core.policies.options import ENERGY_OPTIONS, PolicyOption, checked
 from slurm_hetsched.core.policies.symmetry import group_jobs
 
 
@@ -68,20 +74,28 @@ class MinTotalDurationPerf:
         "(needs steps)"
     )
     agnostic: ClassVar[bool] = False
+    options: ClassVar[Mapping[str, PolicyOption]] = ENERGY_OPTIONS
 
-    def __init__(self, backend: str = "highs", solver: str = "CLARABEL") -> None:
-        """Args: backend "highs" (fast) or "cvxpy"; solver: the cvxpy solver name."""
+    def __init__(
+        self, backend: str = "highs", solver: str = "CLARABEL", energy_slack: float = 0.0
+    ) -> None:
+        """Args: backend "highs" (fast) or "cvxpy"; solver: the cvxpy solver name;
+        energy_slack: the makespan may grow by this fraction for less power (energy.py)."""
         check_backend(backend)
         self.backend = backend
         self.solver = solver
+        self.energy_slack = checked(self.name, self.options, "energy_slack", energy_slack)
 
     def allocate(self, problem: Problem) -> Allocation:
         """See the module docstring.
 
         Raises:
-            InvalidProblemError: the problem has no `steps`.
+            InvalidProblemError: the problem has no `steps`; or energy_slack > 0 and it has
+                no power data.
             SolverError: the solve did not end optimal.
         """
+        if self.energy_slack > 0:
+            require_energy(problem, self.name)
         if problem.n_jobs == 0:
             return empty_allocation(problem, self.name)
         steps = problem.require("steps", self.name)
@@ -96,11 +110,24 @@ class MinTotalDurationPerf:
             x, solve_s = self._solve_highs(problem, throughput, steps)
             solves = 1
         x = clean_solution(problem, x, self.name)
+        makespan = makespan_s(steps, rates(throughput, x))
+        if self.energy_slack > 0 and makespan > 0:
+            # Every job with steps left finishes within (1 + slack) x the optimal makespan.
+            floor = steps / ((1 + self.energy_slack) * makespan)
+            x, more_s = least_power(
+                problem,
+                Floors.per_job(throughput, floor),
+                x,
+                policy=self.name,
+                backend=self.backend,
+                solver=self.solver,
+            )
+            makespan, solve_s, solves = makespan_s(steps, rates(throughput, x)), solve_s + more_s, 2
         return Allocation(
             job_ids=problem.job_ids,
             gpu_types=problem.gpu_types,
             x=x,
-            objective=makespan_s(steps, rates(throughput, x)),
+            objective=makespan,
             solve_s=solve_s,
             policy=self.name,
             solves=solves,

@@ -16,11 +16,15 @@ Two backends give the same optimum (tests/unit/core/policies assert it):
 `rate_lp` builds the LP shared with water filling: maximize t subject to
 r_m(x) >= floor_m + w_m t for every row, plus the base constraints.
 
+Option `energy_slack` (energy.py): give up that fraction of the objective for the allocation
+that draws the least power.
+
 No I/O.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -38,6 +42,7 @@ from slurm_hetsched.core.policies.base import (
     normalized_rates,
     solve_cvxpy,
 )
+from slurm_hetsched.core.policies.energy import Floors, least_power, require_energy
 from slurm_hetsched.core.policies.lp import (
     INF,
     LpSolution,
@@ -46,6 +51,7 @@ from slurm_hetsched.core.policies.lp import (
     solve_highs,
     stack_rows,
 )
+from slurm_hetsched.core.policies.options import ENERGY_OPTIONS, PolicyOption, checked
 from slurm_hetsched.core.policies.symmetry import group_jobs
 
 BACKENDS = ("highs", "cvxpy")
@@ -155,15 +161,28 @@ class MaxMinFairnessPerf:
         "normalized by each job's equal-share rate (Gavel)"
     )
     agnostic: ClassVar[bool] = False
+    options: ClassVar[Mapping[str, PolicyOption]] = ENERGY_OPTIONS
 
-    def __init__(self, backend: str = "highs", solver: str = "CLARABEL") -> None:
-        """Args: backend "highs" (fast) or "cvxpy"; solver: the cvxpy solver name."""
+    def __init__(
+        self, backend: str = "highs", solver: str = "CLARABEL", energy_slack: float = 0.0
+    ) -> None:
+        """Args: backend "highs" (fast) or "cvxpy"; solver: the cvxpy solver name;
+        energy_slack: the fraction of the max-min objective to give up for less power
+        (energy.py; 0 = off)."""
         check_backend(backend)
         self.backend = backend
         self.solver = solver
+        self.energy_slack = checked(self.name, self.options, "energy_slack", energy_slack)
 
     def allocate(self, problem: Problem) -> Allocation:
-        """See the module docstring. Raises SolverError if the solve is not optimal."""
+        """See the module docstring.
+
+        Raises:
+            InvalidProblemError: energy_slack > 0 and the problem has no power data.
+            SolverError: a solve is not optimal.
+        """
+        if self.energy_slack > 0:
+            require_energy(problem, self.name)
         if problem.n_jobs == 0:
             return empty_allocation(problem, self.name)
         a = normalized_rate_matrix(problem, self.agnostic)
@@ -171,7 +190,20 @@ class MaxMinFairnessPerf:
             x, solve_s = self._solve_cvxpy(problem, a)
         else:
             x, solve_s = self._solve_highs(problem, a)
-        return max_min_allocation(problem, x, solve_s, self.name, self.agnostic)
+        allocation = max_min_allocation(problem, x, solve_s, self.name, self.agnostic)
+        if self.energy_slack == 0:
+            return allocation
+        # Every job keeps (1 - slack) of the optimal min weighted rate.
+        floor = (1 - self.energy_slack) * allocation.objective * problem.weight
+        x, more_s = least_power(
+            problem,
+            Floors.per_job(a, floor),
+            allocation.x,
+            policy=self.name,
+            backend=self.backend,
+            solver=self.solver,
+        )
+        return max_min_allocation(problem, x, solve_s + more_s, self.name, self.agnostic, 2)
 
     def _solve_highs(self, problem: Problem, a: np.ndarray) -> tuple[np.ndarray, float]:
         groups = group_jobs(np.column_stack([a, problem.num_gpus, problem.weight]))

@@ -33,7 +33,7 @@ HiGHS directly) and "cvxpy", which tests check agree. No I/O.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -54,6 +54,7 @@ from slurm_hetsched.core.policies.base import (
 from slurm_hetsched.core.policies.lp import INF, RowBlock, SparseLP, solve_highs, stack_rows
 from slurm_hetsched.core.policies.makespan import makespan_s
 from slurm_hetsched.core.policies.max_min_fairness import check_backend
+from slurm_hetsched.core.policies.options import NO_OPTIONS, PolicyOption
 from slurm_hetsched.core.throughput import ThroughputTable
 from slurm_hetsched.errors import SolverError
 
@@ -326,6 +327,7 @@ class _Packed:
     """Shared by the packed policies: the layout, both backends, the Allocation."""
 
     name: ClassVar[str]
+    options: ClassVar[Mapping[str, PolicyOption]] = NO_OPTIONS
 
     def __init__(self, backend: str = "highs", solver: str = "CLARABEL") -> None:
         """Args: backend "highs" (fast) or "cvxpy"; solver: the cvxpy solver name."""

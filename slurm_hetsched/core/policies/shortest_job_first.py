@@ -23,6 +23,7 @@ No I/O.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import ClassVar
 
 import numpy as np
@@ -38,6 +39,7 @@ from slurm_hetsched.core.policies.base import (
 )
 from slurm_hetsched.core.policies.fifo import order_value
 from slurm_hetsched.core.policies.max_min_fairness import check_backend
+from slurm_hetsched.core.policies.options import NO_OPTIONS, PolicyOption
 
 
 def duration_order(problem: Problem, steps: np.ndarray, throughput: np.ndarray) -> np.ndarray:
@@ -59,6 +61,7 @@ class ShortestJobFirstPerf:
         "shortest job first on throughputs: jobs in order of time to finish on their fastest "
         "type each get their fastest GPU types (needs steps)"
     )
+    options: ClassVar[Mapping[str, PolicyOption]] = NO_OPTIONS
 
     def __init__(self, backend: str = "highs", solver: str = "HIGHS") -> None:
         """Args: backend "highs" (fast) or "cvxpy"; solver: the cvxpy solver name."""

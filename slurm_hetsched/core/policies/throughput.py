@@ -13,11 +13,15 @@ GPUs), so the policy keeps every GPU busy whenever jobs can use it.
 The objective is the sum of normalized rates. Backends "highs" (default) and "cvxpy" give the
 same optimum (base.maximize_value). The allocation is not unique.
 
+Option `energy_slack` (energy.py): give up that fraction of the objective for the allocation
+that draws the least power.
+
 No I/O.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import ClassVar
 
 import numpy as np
@@ -29,7 +33,9 @@ from slurm_hetsched.core.policies.base import (
     maximize_value,
     normalized_rate_matrix,
 )
+from slurm_hetsched.core.policies.energy import Floors, least_power, require_energy
 from slurm_hetsched.core.policies.max_min_fairness import check_backend
+from slurm_hetsched.core.policies.options import ENERGY_OPTIONS, PolicyOption, checked
 
 
 class MaxSumThroughputPerf:
@@ -40,20 +46,44 @@ class MaxSumThroughputPerf:
         "maximum total throughput: maximize the sum of the jobs' normalized rates (each job's "
         "steps/s over its equal-share rate)"
     )
+    options: ClassVar[Mapping[str, PolicyOption]] = ENERGY_OPTIONS
 
-    def __init__(self, backend: str = "highs", solver: str = "HIGHS") -> None:
-        """Args: backend "highs" (fast) or "cvxpy"; solver: the cvxpy solver name."""
+    def __init__(
+        self, backend: str = "highs", solver: str = "HIGHS", energy_slack: float = 0.0
+    ) -> None:
+        """Args: backend "highs" (fast) or "cvxpy"; solver: the cvxpy solver name;
+        energy_slack: the fraction of the total to give up for less power (energy.py)."""
         check_backend(backend)
         self.backend = backend
         self.solver = solver
+        self.energy_slack = checked(self.name, self.options, "energy_slack", energy_slack)
 
     def allocate(self, problem: Problem) -> Allocation:
-        """See the module docstring. Raises SolverError if the solve is not optimal."""
+        """See the module docstring.
+
+        Raises:
+            InvalidProblemError: energy_slack > 0 and the problem has no power data.
+            SolverError: a solve is not optimal.
+        """
+        if self.energy_slack > 0:
+            require_energy(problem, self.name)
         if problem.n_jobs == 0:
             return empty_allocation(problem, self.name)
         value = normalized_rate_matrix(problem)
         x, solve_s = maximize_value(problem, value, self.backend, self.solver, self.name)
         x = clean_solution(problem, x, self.name)
+        solves = 1
+        if self.energy_slack > 0:
+            total = (1 - self.energy_slack) * float(np.sum(value * x))
+            x, more_s = least_power(
+                problem,
+                Floors.total(value, total),
+                x,
+                policy=self.name,
+                backend=self.backend,
+                solver=self.solver,
+            )
+            solve_s, solves = solve_s + more_s, 2
         return Allocation(
             job_ids=problem.job_ids,
             gpu_types=problem.gpu_types,
@@ -61,4 +91,5 @@ class MaxSumThroughputPerf:
             objective=float(np.sum(value * x)),
             solve_s=solve_s,
             policy=self.name,
+            solves=solves,
         )

@@ -41,7 +41,7 @@ formulation (an exact test per job, and Gavel's MILP).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Protocol
 
@@ -61,6 +61,7 @@ from slurm_hetsched.core.policies.max_min_fairness import (
     max_min_allocation,
     rate_lp,
 )
+from slurm_hetsched.core.policies.options import NO_OPTIONS, PolicyOption
 from slurm_hetsched.core.policies.symmetry import JobGroups, group_jobs
 from slurm_hetsched.errors import SolverError
 
@@ -422,6 +423,7 @@ class MaxMinFairnessWaterFillingPerf:
         "max-min fairness by water filling: raises every job that is not a bottleneck; "
         "accounts share by weight, fair or FIFO inside (Gavel hierarchical)"
     )
+    options: ClassVar[Mapping[str, PolicyOption]] = NO_OPTIONS
     agnostic: ClassVar[bool] = False
 
     def __init__(self, backend: str = "highs", solver: str = "HIGHS") -> None:
