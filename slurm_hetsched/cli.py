@@ -104,6 +104,11 @@ def _add_allocate(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     what = p.add_mutually_exclusive_group(required=True)
     what.add_argument("--problem", type=Path, metavar="FILE", help="problem JSON ('-': stdin)")
     what.add_argument("--list", action="store_true", help="list the policies and exit")
+    what.add_argument(
+        "--list-classes",
+        action="store_true",
+        help="list the job classes of the throughput table (the class= of a job spec) and exit",
+    )
     p.add_argument(
         "--policy",
         default="max_min_fairness_perf",
@@ -143,6 +148,12 @@ def _run_allocate(args: argparse.Namespace) -> int:
 
     _quiet_solver_banner()
 
+    if args.list_classes:
+        from slurm_hetsched import data_files
+
+        for name in data_files.shipped_throughputs().classes:
+            print(name)
+        return 0
     if args.list:
         descriptions = policy_descriptions()
         width = max(len(name) for name in descriptions)
@@ -423,6 +434,104 @@ def _options(items: Sequence[str]) -> dict[str, str]:
     return options
 
 
+DEFAULT_CONFIG = Path("/etc/hetsched/hetsched.toml")
+
+
+def _add_config(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--config",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help=f"controller config (TOML; default: $HETSCHED_CONFIG, else {DEFAULT_CONFIG} if it "
+        "exists, else built-in defaults; see etc/hetsched.toml)",
+    )
+
+
+def _load_controller_config(args: argparse.Namespace) -> Any:
+    from slurm_hetsched.controller.config import load_config
+
+    path = args.config or os.environ.get("HETSCHED_CONFIG")
+    if path is None and DEFAULT_CONFIG.exists():
+        path = DEFAULT_CONFIG
+    return load_config(path)
+
+
+def _add_controller(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser(
+        "controller",
+        help="run the scheduler service on a Slurm cluster (admins; runs as root)",
+        description=(
+            "Round after round: read the Slurm queue and the nodes' GPU types, compute a "
+            "heterogeneity-aware allocation, and move managed jobs (checkpoint signal, "
+            "requeue-hold, retarget, release). Logs one key=value line per round on stderr. "
+            "One controller at a time; after a crash the next start settles what was under way."
+        ),
+    )
+    _add_config(p)
+    p.add_argument("--once", action="store_true", help="run a single round, then exit")
+    p.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="observe and plan one round, print the actions it would take; change nothing",
+    )
+    p.add_argument("--round", type=float, metavar="S", help="round length in seconds (overrides)")
+    p.add_argument("--policy", metavar="NAME", help="policy (overrides controller.policy)")
+    p.add_argument(
+        "--log-level", choices=["debug", "info", "warning", "error"], help="overrides the config"
+    )
+
+
+def _run_controller(args: argparse.Namespace) -> int:
+    from slurm_hetsched.controller.commands import run_controller
+    from slurm_hetsched.controller.config import check_policy
+    from slurm_hetsched.controller.logline import setup_logging
+
+    config = _load_controller_config(args)
+    if args.round is not None:
+        config = config.replace(round_s=_positive(args.round, "--round"))
+    if args.policy is not None:
+        config = config.replace(policy=args.policy)
+        check_policy(config)
+    setup_logging(args.log_level or config.log_level)
+    _quiet_solver_banner()
+    return run_controller(config, once=args.once, dry_run=args.dry_run)
+
+
+def _add_rounds(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser(
+        "rounds",
+        help="print the controller's round history",
+        description="The rounds the controller recorded: what it decided and did.",
+    )
+    _add_config(p)
+    p.add_argument("--last", type=int, metavar="N", help="only the last N rounds")
+    p.add_argument("--job", metavar="KEY", help="one job's rounds: target, share, actions")
+
+
+def _run_rounds(args: argparse.Namespace) -> int:
+    from slurm_hetsched.controller.commands import show_rounds
+
+    if args.last is not None and args.last < 1:
+        raise ConfigError(f"--last must be >= 1, got {args.last}")
+    return show_rounds(_load_controller_config(args), last=args.last, job=args.job, out=sys.stdout)
+
+
+def _add_status(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser(
+        "status",
+        help="print nodes, GPU types, managed jobs and their shares, and jobs not managed",
+        description="What the controller sees now (read-only: reads Slurm and the store).",
+    )
+    _add_config(p)
+
+
+def _run_status(args: argparse.Namespace) -> int:
+    from slurm_hetsched.controller.commands import show_status
+
+    return show_status(_load_controller_config(args), out=sys.stdout)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="hetsched",
@@ -437,6 +546,9 @@ def build_parser() -> argparse.ArgumentParser:
     _add_allocate(sub)
     _add_simulate(sub)
     _add_trace(sub)
+    _add_controller(sub)
+    _add_rounds(sub)
+    _add_status(sub)
     _add_devcluster(sub)
     return parser
 
@@ -446,6 +558,9 @@ _RUNNERS = {
     "simulate": _run_simulate,
     "trace": _run_trace,
     "devcluster": _run_devcluster,
+    "controller": _run_controller,
+    "rounds": _run_rounds,
+    "status": _run_status,
 }
 
 

@@ -9,6 +9,7 @@ decision is here or in the core; every effect of a decision is in the backend.
 from __future__ import annotations
 
 import dataclasses
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -52,16 +53,22 @@ class Tick:
         self.store = store
         self.settings = settings or TickSettings()
         self.last_observation: Observation | None = None
+        # Seconds each phase of the last round took (observe, decide, plan, enact, record):
+        # measured only, never read by a decision.
+        self.timings: dict[str, float] = {}
 
     def run_round(self) -> RoundRecord:
         """Observe the cluster, decide, plan, record the plan, enact it, record the outcome."""
+        timer = _PhaseTimer()
         observation = self.backend.observe()
         self.last_observation = observation
         last = self.store.load()
+        timer.lap("observe")
         snapshot = observation.snapshot
         state = self._state_after_last_round(last, observation)
         capacity = _capacity(snapshot)
         allocation, recomputed = self._decide(last, state, snapshot, capacity)
+        timer.lap("decide")
         plan, state = plan_round(
             allocation,
             state,
@@ -78,11 +85,16 @@ class Tick:
             plan=plan,
             state=state,
             snapshot=snapshot,
+            ran_s=dict(observation.ran_s),
         )
         self.store.save_planned(record)  # written before any action is taken
+        timer.lap("plan")
         report = self.backend.enact(plan)
+        timer.lap("enact")
         record = dataclasses.replace(record, report=report)
         self.store.save_enacted(record)
+        timer.lap("record")
+        self.timings = timer.laps
         return record
 
     def _state_after_last_round(
@@ -118,6 +130,17 @@ class Tick:
             return empty, True
         problem = build_problem(snapshot, self.site, running=state.placements)
         return self.policy.allocate(problem), True
+
+
+class _PhaseTimer:
+    def __init__(self) -> None:
+        self.laps: dict[str, float] = {}
+        self._last = time.perf_counter()
+
+    def lap(self, phase: str) -> None:
+        now = time.perf_counter()
+        self.laps[phase] = now - self._last
+        self._last = now
 
 
 def _capacity(snapshot: ClusterSnapshot) -> dict[str, float]:

@@ -59,6 +59,8 @@ class RoundRecord:
         report: the enactment's outcome, or None before enactment.
         snapshot: what the round observed (journaled live, so the simulator's tick can replay
             the round and must plan the same), or None.
+        ran_s: the observation's seconds run per job in the round before (journaled with the
+            snapshot: together they are everything the tick read from the cluster).
     """
 
     round: int
@@ -70,6 +72,7 @@ class RoundRecord:
     state: RoundState
     report: EnactReport | None = None
     snapshot: ClusterSnapshot | None = None
+    ran_s: Mapping[str, float] = field(default_factory=dict)
 
 
 class ClusterBackend(Protocol):

@@ -237,12 +237,12 @@ class CliSlurmBackend:
         """
         if isinstance(script, Path):
             argv = sbatch_argv(components, str(script), uid=uid, gid=gid)
-            stdout = self.cli.run(argv)
+            stdout = self.cli.run(argv, retry=False)
         else:
             if not script.startswith("#!"):
                 raise ValueError("a batch script must start with '#!' (e.g. #!/bin/bash)")
             argv = sbatch_argv(components, None, uid=uid, gid=gid)
-            stdout = self.cli.run(argv, input_text=script)
+            stdout = self.cli.run(argv, input_text=script, retry=False)
         return parse_sbatch_job_id(stdout)
 
     def signal(self, job_id: str, signal: str, *, target: str = "batch") -> None:

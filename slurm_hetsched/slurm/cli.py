@@ -10,6 +10,7 @@ import logging
 import os
 import re
 import subprocess
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -30,7 +31,7 @@ _INVALID_REQUEST = re.compile(
     r"invalid feature specification|invalid node name|invalid partition|"
     r"invalid trackable resource|invalid constraint|job is no longer pending|"
     r"job is pending execution|requested operation is presently disabled|"
-    r"job is in held state",
+    r"job is in held state|job has already finished|already completing or completed",
     re.IGNORECASE,
 )
 
@@ -43,12 +44,18 @@ class SlurmCli:
         slurm_conf: SLURM_CONF for every command (None: the environment's or Slurm's default).
         timeout_s: how long one command may take before it counts as failed.
         bin_dir: folder holding sbatch, squeue, ... (None: found on PATH).
+        retries: how often a command that failed for a reason other than the request itself
+            (slurmctld unreachable, a timeout) is tried again; typed refusals (unknown job,
+            invalid request) are never retried.
+        retry_backoff_s: the wait before the first retry; it doubles with each further one.
     """
 
     slurm_conf: str | None = None
     timeout_s: float = 60.0
     bin_dir: str | None = None
     extra_env: Mapping[str, str] = field(default_factory=dict)
+    retries: int = 0
+    retry_backoff_s: float = 1.0
 
     def _env(self) -> dict[str, str]:
         env = dict(os.environ)
@@ -60,14 +67,37 @@ class SlurmCli:
             env.pop(name, None)
         return env
 
-    def run(self, argv: Sequence[str], *, input_text: str | None = None) -> str:
-        """Run one Slurm command and return its stdout.
+    def run(self, argv: Sequence[str], *, input_text: str | None = None, retry: bool = True) -> str:
+        """Run one Slurm command and return its stdout, retrying transient failures.
+
+        Args:
+            argv: the command, one argument per element.
+            input_text: sent on standard input.
+            retry: False for a command that must not run twice (sbatch: a submission that
+                timed out may still have been accepted).
 
         Raises:
             SlurmNotFoundError: the program is not installed.
             UnknownJobError / InvalidRequestError / SlurmCommandError: it failed; the error
                 carries the argv and Slurm's stderr.
         """
+        attempts = 1 + (self.retries if retry else 0)
+        for attempt in range(attempts):
+            try:
+                return self._run_once(argv, input_text)
+            except (UnknownJobError, InvalidRequestError):
+                raise
+            except SlurmCommandError as exc:
+                if attempt + 1 == attempts:
+                    raise
+                wait_s = self.retry_backoff_s * 2**attempt
+                logger.warning(
+                    "%s; retrying in %.1f s (%d/%d)", exc, wait_s, attempt + 1, self.retries
+                )
+                time.sleep(wait_s)
+        raise AssertionError("unreachable")
+
+    def _run_once(self, argv: Sequence[str], input_text: str | None) -> str:
         command = list(argv)
         if self.bin_dir:
             command[0] = os.path.join(self.bin_dir, command[0])

@@ -173,6 +173,7 @@ def parse_job(raw: Mapping[str, Any]) -> SlurmJob:
         het_job_offset=het_offset if het_job_id else None,
         work_dir=_text(raw.get("current_working_directory")),
         standard_output=_text(raw.get("standard_output")),
+        group_id=number(raw.get("group_id")),
     )
 
 

@@ -88,6 +88,7 @@ class SlurmJob:
     het_job_offset: int | None = None
     work_dir: str = ""
     standard_output: str = ""
+    group_id: int | None = None
 
     @property
     def held(self) -> bool:

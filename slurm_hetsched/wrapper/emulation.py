@@ -26,7 +26,6 @@ from slurm_hetsched.wrapper.env import JobEnvironment
 logger = logging.getLogger(__name__)
 
 
-
 class StepStretch:
     """Sleeps after each step so that it lasts `factor` times as long as it really did.
 

@@ -8,6 +8,10 @@ ack.json (atomic, after the checkpoint the signal asked for is committed):
     job_id, restart_count, step, checkpoint (the folder name, e.g. "ckpt-120"), written_at.
 The controller accepts an ack only if job_id and restart_count match and written_at is after
 its signal.
+checkpoint_request.json (written by the controller just before its checkpoint signal):
+    job_id, restart_count, requested_at. A signal that arrives while the job is still starting
+    (before the wrapper's handler is installed, the template ignores it) is not lost: the
+    wrapper looks for a request of its own run once its handlers are in place.
 
 Usable from any Python program; no PyTorch needed.
 """
@@ -29,6 +33,7 @@ logger = logging.getLogger(__name__)
 
 PROGRESS_FILE = "progress.json"
 ACK_FILE = "ack.json"
+REQUEST_FILE = "checkpoint_request.json"
 DEFAULT_WINDOW_S = 60.0
 # A rate needs samples at least this far apart, so the first seconds do not report noise.
 _MIN_SPAN_S = 1.0
@@ -74,6 +79,14 @@ def read_ack(state_dir: Path) -> Ack | None:
         )
     except (KeyError, TypeError, ValueError):
         return None
+
+
+def checkpoint_requested(state_dir: Path, job_id: str | None, restart_count: int) -> bool:
+    """Whether checkpoint_request.json asks this very run (job id and restart) to checkpoint."""
+    payload = read_json(state_dir / REQUEST_FILE)
+    if payload is None or job_id is None:
+        return False
+    return str(payload.get("job_id")) == job_id and payload.get("restart_count") == restart_count
 
 
 def read_progress(state_dir: Path) -> dict[str, Any] | None:

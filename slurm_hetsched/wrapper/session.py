@@ -36,7 +36,12 @@ from slurm_hetsched.wrapper.emulation import StepStretch, build_step_stretch
 from slurm_hetsched.wrapper.env import JobEnvironment
 from slurm_hetsched.wrapper.files import ensure_state_dir
 from slurm_hetsched.wrapper.placement import NodeGpuLookup, resolve_gpu_type, slurm_node_gpus
-from slurm_hetsched.wrapper.progress import Ack, ProgressReporter, write_ack
+from slurm_hetsched.wrapper.progress import (
+    Ack,
+    ProgressReporter,
+    checkpoint_requested,
+    write_ack,
+)
 from slurm_hetsched.wrapper.signals import SignalFlags
 
 logger = logging.getLogger(__name__)
@@ -188,7 +193,24 @@ class JobSession:
         self._last_checkpoint_at = self._clock()
         self._step_started = self._clock()
         self._started = True
+        self._answer_early_request()
         return self
+
+    def _answer_early_request(self) -> None:
+        """Answer a checkpoint signal that came before the handlers were installed.
+
+        The template ignores the signal until then, so the controller also leaves a request
+        file before signalling; found here, it is answered as the signal would have been:
+        checkpoint (the one just resumed from, if no step ran), ack, pause.
+        """
+        pending = self.is_rank_zero and checkpoint_requested(
+            self.env.state_dir, self.env.job_id, self.env.restart_count
+        )
+        (pending,) = self.collective.any([pending])
+        if pending and self.env.checkpoint_signal is not None:
+            logger.info("a checkpoint was requested while the job was starting: answering it")
+            self.flags.checkpoint_requested = True
+            self._boundary()
 
     def close(self, status: str | None = None) -> None:
         """Write the final progress and put the previous signal handlers back."""

@@ -272,3 +272,34 @@ def test_progress_json_during_the_run(tmp_path: Path) -> None:
         payload = json.loads((tmp_path / "state" / "progress.json").read_text())
         assert payload["total_steps"] is None and payload["steps_per_s"] == pytest.approx(4.0)
         assert 26 <= payload["step"] <= 30
+
+
+def test_request_left_before_the_handler_existed_is_answered_at_start(tmp_path: Path) -> None:
+    """The controller wrote checkpoint_request.json and signalled while the job was still
+    importing (the template ignored the signal): the wrapper answers it once started."""
+    clock, first = FakeClock(), Counter()
+    session = session_for(tmp_path, first, clock, checkpoint_every_steps=4)
+    with session:
+        for _ in range(6):
+            first.seen.append(session.step)
+            session.step_done()
+    state = tmp_path / "state"
+    # A request for another run (an earlier restart) is stale and ignored.
+    (state / "checkpoint_request.json").write_text(
+        json.dumps({"job_id": "42", "restart_count": 0, "requested_at": 1.0})
+    )
+    clock.on_sleep = lambda n: raise_signal(signal.SIGTERM) if n == 2 else None
+    second = Counter()
+    resumed = session_for(tmp_path, second, clock, env={"restart_count": 1})
+    with resumed:
+        assert read_ack(state) is None, "a stale request is not answered"
+    (state / "checkpoint_request.json").write_text(
+        json.dumps({"job_id": "42", "restart_count": 2, "requested_at": 2.0})
+    )
+    third = Counter()
+    again = session_for(tmp_path, third, clock, env={"restart_count": 2})
+    with pytest.raises(Terminated):
+        again.start()  # acks the checkpoint it resumed from and pauses until SIGTERM
+    ack = read_ack(state)
+    assert ack is not None and (ack.restart_count, ack.step, ack.checkpoint) == (2, 4, "ckpt-4")
+    assert third.saves == 0 and clock.sleeps == 2, "no step trained, no new checkpoint"

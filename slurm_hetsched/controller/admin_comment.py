@@ -1,0 +1,73 @@
+"""The round information a managed job carries in its Slurm admin comment (docs/interfaces.md).
+
+`squeue -O JobID,Name,State,admin_comment:80` then shows, per job, e.g.
+`hetsched r=42 v100x2@n1 share=v100:.61,p100:.39 prio=1.8 moved:p100->v100`:
+the round the job's target last changed, the target (type x count @ nodes), its allocation
+shares, the priority it was chosen with, and why.
+
+Only admins can set an admin comment, so users cannot forge it. It is written only when its
+stable part (target, shares, reason) changed, so a round costs one `scontrol update` per job
+whose situation changed, not one per job.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+
+from slurm_hetsched.core.model import Placement
+
+PREFIX = "hetsched"
+_MAX_LENGTH = 250
+# The parts that change every round without news: left out when comparing.
+_VOLATILE = re.compile(r" (r|prio)=\S+")
+
+
+def describe_target(placement: Placement | None) -> str:
+    """'v100x2@n1', 'k80x4@n3+v100x2@n1' across nodes, or '-' when not placed."""
+    if placement is None:
+        return "-"
+    return "+".join(f"{s.gpu_type}x{s.count}@{s.node}" for s in placement.slices)
+
+
+def describe_share(share: Mapping[str, float]) -> str:
+    """'v100:.61,p100:.39' (types with a share, largest first), or '-'."""
+    parts = [
+        (t, v) for t, v in sorted(share.items(), key=lambda item: (-item[1], item[0])) if v >= 0.005
+    ]
+    if not parts:
+        return "-"
+    return ",".join(f"{t}:{_fraction(v)}" for t, v in parts)
+
+
+def format_admin_comment(
+    *,
+    round_: int,
+    placement: Placement | None,
+    share: Mapping[str, float],
+    priority: float | None,
+    reason: str,
+) -> str:
+    """The admin comment of one managed job this round."""
+    prio = "-" if priority is None else f"{priority:.3g}"
+    text = (
+        f"{PREFIX} r={round_} {describe_target(placement)} share={describe_share(share)} "
+        f"prio={prio} {reason}"
+    )
+    return text[:_MAX_LENGTH]
+
+
+def format_rejected_comment(reason: str) -> str:
+    """The admin comment of a job the controller does not manage, with why."""
+    return f"{PREFIX} not-managed: {' '.join(reason.split())}"[:_MAX_LENGTH]
+
+
+def needs_update(current: str, new: str) -> bool:
+    """Whether `new` says something `current` does not (round and priority aside)."""
+    return _VOLATILE.sub("", current.strip()) != _VOLATILE.sub("", new.strip())
+
+
+def _fraction(value: float) -> str:
+    if value >= 0.995:
+        return "1"
+    return f"{value:.2f}".lstrip("0")

@@ -1,0 +1,189 @@
+"""What `hetsched controller`, `hetsched rounds` and `hetsched status` do (cli.py parses)."""
+
+from __future__ import annotations
+
+import logging
+import sys
+from datetime import datetime
+from pathlib import Path
+from typing import TextIO
+
+from slurm_hetsched.controller.admin_comment import describe_share, describe_target
+from slurm_hetsched.controller.config import ConfigError, ControllerConfig
+from slurm_hetsched.controller.enact import EnactSettings
+from slurm_hetsched.controller.live import ObserveSettings, SlurmCluster
+from slurm_hetsched.controller.service import (
+    Controller,
+    RoundSummary,
+    ServiceSettings,
+    SingleControllerLock,
+)
+from slurm_hetsched.slurm.backend import CliSlurmBackend
+from slurm_hetsched.slurm.cli import SlurmCli
+from slurm_hetsched.store.sqlite import SqliteStore
+
+logger = logging.getLogger(__name__)
+
+
+def service_settings(config: ControllerConfig) -> ServiceSettings:
+    """The service's settings from a loaded config."""
+    return ServiceSettings(
+        policy=config.policy,
+        policy_options=dict(config.policy_options),
+        site=config.site_data(),
+        round_s=config.round_s,
+        min_reset_interval_s=config.min_reset_interval_s,
+        store_path=config.store,
+        lock_path=config.lock_path,
+        enact=EnactSettings(
+            state_root=config.state_root,
+            ack_timeout_s=config.ack_timeout_s,
+            checkpoint_signal=config.checkpoint_signal,
+            requeue_timeout_s=config.requeue_timeout_s,
+            resubmit_environment=dict(config.resubmit_environment),
+        ),
+        observe=ObserveSettings(
+            state_root=config.state_root,
+            partition=config.partition,
+            progress_max_age_s=config.progress_max_age_s,
+            release_rejected=config.release_rejected,
+        ),
+        cli=_cli(config),
+    )
+
+
+def _cli(config: ControllerConfig) -> SlurmCli:
+    return SlurmCli(
+        slurm_conf=config.slurm_conf,
+        timeout_s=config.command_timeout_s,
+        bin_dir=config.bin_dir,
+        retries=config.retries,
+        retry_backoff_s=config.retry_backoff_s,
+    )
+
+
+def run_controller(
+    config: ControllerConfig, *, once: bool, dry_run: bool, out: TextIO = sys.stdout
+) -> int:
+    """Run the service (or one round, or one dry round); returns the exit status."""
+    from slurm_hetsched.controller.logline import format_kv
+    from slurm_hetsched.controller.metrics import Metrics, serve
+
+    settings = service_settings(config)
+    metrics = Metrics()
+    server = None
+    if config.metrics_port is not None and not dry_run:
+        server = serve(metrics, config.metrics_address, config.metrics_port)
+        logger.info("metrics on http://%s:%d/metrics", config.metrics_address, server.port)
+
+    def on_round(summary: RoundSummary) -> None:
+        line = format_kv(**summary.fields)
+        logger.info("%s", line)
+        metrics.observe_round(summary)
+        if dry_run:
+            controller_backend = controller.tick.backend
+            print(
+                f"dry run, round {summary.fields.get('round', '-')}: nothing was changed", file=out
+            )
+            for entry in getattr(controller_backend, "planned", []):
+                print(f"  {entry}", file=out)
+
+    if dry_run:
+        controller = Controller(settings, dry_run=True)
+        try:
+            controller.serve(once=True, on_round=on_round)
+        finally:
+            controller.close()
+        return 0
+    with SingleControllerLock(settings.lock_path):
+        controller = Controller(settings)
+        logger.info(
+            "controller started: policy=%s round_s=%g store=%s state_root=%s",
+            settings.policy,
+            settings.round_s,
+            settings.store_path,
+            config.state_root,
+        )
+        try:
+            controller.serve(once=once, on_round=on_round)
+        finally:
+            controller.close()
+            if server is not None:
+                server.close()
+    return 0
+
+
+def show_rounds(config: ControllerConfig, *, last: int | None, job: str | None, out: TextIO) -> int:
+    from slurm_hetsched.controller.history import format_rounds
+
+    if not config.store.exists():
+        raise ConfigError(f"no rounds recorded yet: {config.store} does not exist")
+    store = SqliteStore(config.store)
+    try:
+        records = store.rounds(last=last)
+        first = records[0].round if records else 0
+        actions = [a for a in store.actions(job_key=job) if a.round >= first]
+        print(format_rounds(records, actions, job), file=out)
+    finally:
+        store.close()
+    return 0
+
+
+def show_status(config: ControllerConfig, *, out: TextIO) -> int:
+    """Nodes, GPU types, managed jobs with their shares, and jobs not managed with why."""
+    slurm = CliSlurmBackend(_cli(config))
+    store = SqliteStore(config.store) if config.store.exists() else None
+    last = store.load() if store is not None else None
+    cluster = SlurmCluster(
+        slurm,
+        None,  # type: ignore[arg-type]  # read-only: never enacts
+        None,  # type: ignore[arg-type]
+        lambda: last,
+        config.site_data().table,
+        ObserveSettings(state_root=config.state_root, partition=config.partition),
+    )
+    view = cluster.read_view()
+    print("NODE      STATE        GPUS                 IN USE (not managed)", file=out)
+    for node, snap in zip(view.nodes, view.snapshot.nodes, strict=True):
+        gpus = ",".join(f"{t}:{n}" for t, n in sorted(node.gpus.items())) or "-"
+        used = ",".join(f"{t}:{n}" for t, n in sorted(snap.gpus_in_use.items()) if n) or "-"
+        print(f"{node.name:<9} {node.state.lower():<12} {gpus:<20} {used}", file=out)
+    types = view.snapshot.gpu_types
+    capacity = view.snapshot.capacity(types)
+    print(
+        "\nGPU types free for managed jobs: "
+        + (", ".join(f"{t}={int(c)}" for t, c in zip(types, capacity, strict=True)) or "none"),
+        file=out,
+    )
+    when = datetime.fromtimestamp(last.now_s).isoformat(timespec="seconds") if last else "never"
+    print(f"last round: {last.round if last else '-'} at {when}", file=out)
+    print(f"\nMANAGED JOBS ({len(view.managed)})", file=out)
+    print(
+        f"{'KEY':<10} {'JOBID':<8} {'USER':<10} {'STATE':<10} {'CLASS':<28} GPUS TARGET  SHARE",
+        file=out,
+    )
+    placements = last.plan.placements if last else {}
+    for key, job in sorted(view.managed.items()):
+        share = (
+            describe_share(last.allocation.share(key))
+            if last and key in last.allocation.job_ids
+            else "-"
+        )
+        print(
+            f"{key:<10} {job.slurm_id:<8} {job.leader.user:<10} {job.state.value:<10} "
+            f"{job.spec.job_class[:28]:<28} {job.num_gpus:<4} "
+            f"{describe_target(placements.get(key))} {share}",
+            file=out,
+        )
+    print(
+        f"\nNOT MANAGED ({len(view.rejected)}): jobs with a hetsched spec left to Slurm", file=out
+    )
+    for rejected in view.rejected:
+        print(f"{rejected.job_id:<8} {rejected.user:<10} {rejected.reason}", file=out)
+    if store is not None:
+        store.close()
+    return 0
+
+
+def store_path_hint(path: Path) -> str:
+    return f"{path} (set controller.store in the config)"

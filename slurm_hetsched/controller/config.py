@@ -1,0 +1,251 @@
+"""The controller's configuration file (`etc/hetsched.toml`, documented key by key there and in
+docs/admin.md): loading, defaults and validation with errors that name the key.
+
+Relative paths in the file are resolved against the file's own folder, so a config next to its
+store works from any working directory.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import math
+import os
+import signal
+import tomllib
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from slurm_hetsched import data_files
+from slurm_hetsched.core.policies import get_policy
+from slurm_hetsched.core.problem import SiteData
+from slurm_hetsched.errors import ConfigError as _BaseConfigError
+from slurm_hetsched.errors import HetschedError
+
+
+class ConfigError(_BaseConfigError, ValueError):
+    """The config file is missing, not TOML, or has a bad key or value (named in the message)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ControllerConfig:
+    """Every setting of `hetsched controller`; the defaults are those of etc/hetsched.toml."""
+
+    # [controller]
+    round_s: float = 360.0
+    policy: str = "max_min_fairness_perf"
+    policy_options: Mapping[str, str] = field(default_factory=dict)
+    min_reset_interval_s: float = 1920.0
+    store: Path = Path("/var/lib/hetsched/rounds.sqlite")
+    lock: Path | None = None  # default: the store's path + ".lock"
+    state_root: Path = Path("/var/lib/hetsched/state")
+    ack_timeout_s: float = 120.0
+    requeue_timeout_s: float = 120.0
+    checkpoint_signal: str = "USR2"
+    release_rejected: bool = True
+    log_level: str = "info"
+    resubmit_environment: Mapping[str, str] = field(default_factory=dict)
+    # [slurm]
+    slurm_conf: str | None = None
+    bin_dir: str | None = None
+    command_timeout_s: float = 60.0
+    retries: int = 3
+    retry_backoff_s: float = 1.0
+    partition: str | None = None
+    # [site]
+    throughputs: Path | None = None
+    gpu_types: Path | None = None
+    progress_max_age_s: float = 600.0
+    # [metrics]
+    metrics_port: int | None = None
+    metrics_address: str = "127.0.0.1"
+    source: Path | None = None
+
+    @property
+    def lock_path(self) -> Path:
+        return self.lock if self.lock is not None else Path(f"{self.store}.lock")
+
+    def site_data(self) -> SiteData:
+        """Throughput table and GPU type data, shipped or from the configured files."""
+        try:
+            table = (
+                data_files.shipped_throughputs()
+                if self.throughputs is None
+                else data_files.load_throughputs(self.throughputs)
+            )
+            gpu_types = (
+                data_files.shipped_gpu_types()
+                if self.gpu_types is None
+                else data_files.load_gpu_types(self.gpu_types)
+            )
+        except (HetschedError, OSError, ValueError) as exc:
+            raise ConfigError(f"site.throughputs / site.gpu_types: {exc}") from exc
+        return SiteData(table, gpu_types, data_files.shipped_site_energy())
+
+    def replace(self, **changes: Any) -> ControllerConfig:
+        return dataclasses.replace(self, **changes)
+
+
+# (section, key) -> (field name, parser). A parser takes the raw value and the file's folder.
+_Parser = Callable[[Any, Path], Any]
+
+
+def _number(minimum: float, *, strict: bool) -> _Parser:
+    def parse(value: Any, base: Path) -> float:
+        ok = isinstance(value, int | float) and not isinstance(value, bool)
+        if ok and math.isfinite(value) and (value > minimum if strict else value >= minimum):
+            return float(value)
+        relation = ">" if strict else ">="
+        raise ValueError(f"expected a number {relation} {minimum:g}, got {value!r}")
+
+    return parse
+
+
+def _count(value: Any, base: Path) -> int:
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+        return value
+    raise ValueError(f"expected a whole number >= 0, got {value!r}")
+
+
+def _port(value: Any, base: Path) -> int:
+    if isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= 65535:
+        return value
+    raise ValueError(f"expected a port number 0..65535, got {value!r}")
+
+
+def _text(value: Any, base: Path) -> str:
+    if isinstance(value, str) and value:
+        return value
+    raise ValueError(f"expected a non-empty string, got {value!r}")
+
+
+def _path(value: Any, base: Path) -> Path:
+    return Path(os.path.normpath(base / _text(value, base)))
+
+
+def _flag(value: Any, base: Path) -> bool:
+    if isinstance(value, bool):
+        return value
+    raise ValueError(f"expected true or false, got {value!r}")
+
+
+def _signal_name(value: Any, base: Path) -> str:
+    name = _text(value, base).upper().removeprefix("SIG")
+    if not hasattr(signal.Signals, f"SIG{name}"):
+        raise ValueError(f"expected a signal name such as USR2 or USR1, got {value!r}")
+    return name
+
+
+def _log_level(value: Any, base: Path) -> str:
+    level = _text(value, base).lower()
+    if level not in ("debug", "info", "warning", "error"):
+        raise ValueError(f"expected debug, info, warning or error, got {value!r}")
+    return level
+
+
+def _string_table(value: Any, base: Path) -> dict[str, str]:
+    if not isinstance(value, dict):
+        raise ValueError(f"expected a table of key = value, got {value!r}")
+    out = {}
+    for key, item in value.items():
+        if isinstance(item, bool):
+            out[key] = "true" if item else "false"
+        elif isinstance(item, int | float | str):
+            out[key] = str(item)
+        else:
+            raise ValueError(f"{key}: expected a string, number or boolean, got {item!r}")
+    return out
+
+
+_KEYS: dict[str, dict[str, tuple[str, _Parser]]] = {
+    "controller": {
+        "round_s": ("round_s", _number(0, strict=True)),
+        "policy": ("policy", _text),
+        "policy_options": ("policy_options", _string_table),
+        "min_reset_interval_s": ("min_reset_interval_s", _number(0, strict=False)),
+        "store": ("store", _path),
+        "lock": ("lock", _path),
+        "state_root": ("state_root", _path),
+        "ack_timeout_s": ("ack_timeout_s", _number(0, strict=True)),
+        "requeue_timeout_s": ("requeue_timeout_s", _number(0, strict=True)),
+        "checkpoint_signal": ("checkpoint_signal", _signal_name),
+        "release_rejected": ("release_rejected", _flag),
+        "log_level": ("log_level", _log_level),
+        "resubmit_environment": ("resubmit_environment", _string_table),
+    },
+    "slurm": {
+        "conf": ("slurm_conf", lambda v, base: str(_path(v, base))),
+        "bin_dir": ("bin_dir", lambda v, base: str(_path(v, base))),
+        "command_timeout_s": ("command_timeout_s", _number(0, strict=True)),
+        "retries": ("retries", _count),
+        "retry_backoff_s": ("retry_backoff_s", _number(0, strict=False)),
+        "partition": ("partition", _text),
+    },
+    "site": {
+        "throughputs": ("throughputs", _path),
+        "gpu_types": ("gpu_types", _path),
+        "progress_max_age_s": ("progress_max_age_s", _number(0, strict=True)),
+    },
+    "metrics": {
+        "port": ("metrics_port", _port),
+        "address": ("metrics_address", _text),
+    },
+}
+
+
+def load_config(path: str | Path | None) -> ControllerConfig:
+    """The configuration in `path` (None: every default).
+
+    Raises:
+        ConfigError: a missing or unreadable file, invalid TOML (with its line), an unknown
+            section or key (with the closest valid one), or a bad value (with the full key and
+            what was expected), or a policy / policy option the core does not accept.
+    """
+    if path is None:
+        return ControllerConfig()
+    path = Path(path)
+    try:
+        raw = tomllib.loads(path.read_text())
+    except OSError as exc:
+        raise ConfigError(f"cannot read the config file {path}: {exc.strerror or exc}") from exc
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: not valid TOML: {exc}") from exc
+    base = path.resolve().parent
+    values: dict[str, Any] = {"source": path}
+    for section, table in raw.items():
+        if section not in _KEYS:
+            raise ConfigError(f"{path}: unknown section [{section}]{_hint(section, _KEYS)}")
+        if not isinstance(table, dict):
+            raise ConfigError(f"{path}: {section} must be a [{section}] table")
+        for key, value in table.items():
+            known = _KEYS[section]
+            if key not in known:
+                raise ConfigError(f"{path}: unknown key {section}.{key}{_hint(key, known)}")
+            name, parse = known[key]
+            try:
+                values[name] = parse(value, base)
+            except ValueError as exc:
+                raise ConfigError(f"{path}: {section}.{key}: {exc}") from exc
+    config = ControllerConfig(**values)
+    check_policy(config)
+    return config
+
+
+def check_policy(config: ControllerConfig) -> None:
+    """The policy and its options are ones the core accepts (raises ConfigError)."""
+    try:
+        get_policy(config.policy, dict(config.policy_options))
+    except HetschedError as exc:
+        key = "controller.policy_options" if config.policy_options else "controller.policy"
+        raise ConfigError(f"{key}: {exc}") from exc
+    except (KeyError, ValueError) as exc:
+        raise ConfigError(f"controller.policy: {exc}") from exc
+
+
+def _hint(name: str, valid: Mapping[str, Any]) -> str:
+    close = difflib.get_close_matches(name, list(valid), n=1)
+    if close:
+        return f" (did you mean {close[0]}?)"
+    return f"; valid: {', '.join(valid)}"

@@ -1,0 +1,541 @@
+"""Carrying a round plan out on Slurm: the checkpoint-before-move protocol (docs/interfaces.md).
+
+What each managed job needs is read from Slurm, not only from the plan, so enacting is
+idempotent and a controller restarted after a crash converges: a placed job already running on
+its target GPUs is left alone; one running elsewhere is moved; one pending is started; a job
+not placed that runs is checkpointed and requeue-held; one pending and released is held.
+
+A move, in order, each step written to the journal before it is taken:
+1. signal the training process (`scancel -b -s USR2`), for every job to move or stop at once;
+2. wait for their acks (checkpoint committed; `ack_timeout_s`; without an ack the job resumes
+   from its last periodic checkpoint and the round records it);
+3. `scontrol requeuehold` each, and wait until Slurm shows it pending and held;
+4. retarget (Features = type, untyped count, ReqNodeList), write `placement.json`, release,
+   StartTime=now. A placement spanning GPU types or nodes re-submits the job as a
+   heterogeneous job under the same key (`sbatch --uid`), then cancels the old one.
+
+A failed step is recorded and reported for that job only; a job whose placement failed after
+it was held is released unchanged, so a failed round never leaves a job held.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import pwd
+import signal
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from functools import partial
+from pathlib import Path
+from typing import Any, Protocol
+
+from slurm_hetsched.controller.jobview import ManagedJob, SlurmView
+from slurm_hetsched.controller.statefiles import (
+    job_folder,
+    read_ack,
+    write_checkpoint_request,
+    write_placement,
+)
+from slurm_hetsched.core.model import Placement, RoundPlan
+from slurm_hetsched.core.ports import EnactReport
+from slurm_hetsched.errors import HetschedError, SlurmError
+from slurm_hetsched.slurm.backend import CliSlurmBackend
+from slurm_hetsched.slurm.records import GpuRequest, JobOptions, JobState, JobUpdate, SlurmJob
+
+logger = logging.getLogger(__name__)
+
+# Test-only fault injection: HETSCHED_FAILPOINT=after:<action kind> SIGKILLs the controller
+# right after the first action of that kind is recorded done, to prove crash recovery.
+FAILPOINT_ENV = "HETSCHED_FAILPOINT"
+
+
+class Journal(Protocol):
+    """Where actions are recorded before they are taken (store/sqlite.py)."""
+
+    def begin_action(
+        self, round_: int, job_key: str, slurm_job_id: str, kind: str, detail: dict[str, Any]
+    ) -> int: ...
+
+    def finish_action(self, action_id: int, ok: bool, outcome: str = "") -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class EnactSettings:
+    """How the enactment waits and where the jobs' state lives.
+
+    Attributes:
+        state_root: the folder holding one state folder per job key.
+        ack_timeout_s: how long to wait for a job's checkpoint ack after the signal.
+        checkpoint_signal: the signal asking for a checkpoint (name without SIG).
+        requeue_timeout_s: how long a requeued job may take to show as pending and held.
+        poll_s: the interval between looks at acks and job states.
+        resubmit_environment: variables a re-submitted job gets besides HETSCHED_JOB_KEY,
+            HETSCHED_STATE_ROOT, HOME, USER and PATH (its template sets up the rest).
+    """
+
+    state_root: Path
+    ack_timeout_s: float = 120.0
+    checkpoint_signal: str = "USR2"
+    requeue_timeout_s: float = 120.0
+    poll_s: float = 0.25
+    resubmit_environment: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class EnactOutcome:
+    """What one enactment did, for the log line, the metrics and the admin comments."""
+
+    kept: list[str] = field(default_factory=list)
+    moved: list[str] = field(default_factory=list)
+    started: list[str] = field(default_factory=list)
+    stopped: list[str] = field(default_factory=list)
+    held: list[str] = field(default_factory=list)
+    resubmitted: dict[str, str] = field(default_factory=dict)  # key -> new job id
+    no_ack: list[str] = field(default_factory=list)
+    finished: list[str] = field(default_factory=list)  # ended while the round ran
+    failed: dict[str, str] = field(default_factory=dict)
+    previous_type: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class Work:
+    """The jobs of one round by what they need."""
+
+    keep: dict[str, ManagedJob]
+    move: dict[str, tuple[ManagedJob, Placement]]
+    start: dict[str, tuple[ManagedJob, Placement]]
+    stop: dict[str, ManagedJob]
+    hold: dict[str, ManagedJob]
+
+
+def classify(view: SlurmView, plan: RoundPlan) -> Work:
+    """Each managed job's need, from its Slurm state and its placement this round."""
+    placed = plan.placements
+    work = Work({}, {}, {}, {}, {})
+    for key, job in sorted(view.managed.items()):
+        if key in view.busy:
+            continue
+        target = placed.get(key)
+        if target is not None:
+            if job.running and runs_on(job, target):
+                work.keep[key] = job
+            elif job.running:
+                work.move[key] = (job, target)
+            elif job.state is JobState.PENDING:
+                work.start[key] = (job, target)
+        elif job.running:
+            work.stop[key] = job
+        elif job.state is JobState.PENDING and not job.leader.held:
+            work.hold[key] = job
+    return work
+
+
+def runs_on(job: ManagedJob, placement: Placement) -> bool:
+    """Whether a running job holds exactly the GPUs of `placement` (type by node feature)."""
+    want: dict[str, int] = {}
+    for part in placement.slices:
+        want[part.node] = want.get(part.node, 0) + part.count
+    if job.gpus_by_node() != want:
+        return False
+    wanted_types = {s.node: s.gpu_type for s in placement.slices}
+    # The type a component runs on is the feature it was retargeted to.
+    return all(
+        (c.features or "") in ("", wanted_types.get(c.batch_host or "", c.features))
+        for c in job.components
+    )
+
+
+class SlurmEnactor:
+    """Carries out round plans on Slurm, journaling every action before it is taken."""
+
+    def __init__(
+        self,
+        slurm: CliSlurmBackend,
+        journal: Journal,
+        settings: EnactSettings,
+        *,
+        clock: Callable[[], float] = time.time,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        self.slurm = slurm
+        self.journal = journal
+        self.settings = settings
+        self.clock = clock
+        self.sleep = sleep
+        self._failpoint = os.environ.get(FAILPOINT_ENV, "").removeprefix("after:")
+
+    def enact(self, view: SlurmView, plan: RoundPlan) -> tuple[EnactReport, EnactOutcome]:
+        work = classify(view, plan)
+        out = EnactOutcome(kept=sorted(work.keep))
+        round_ = plan.round
+        to_checkpoint = {k: j for k, (j, _) in work.move.items()} | work.stop
+        signalled = self._signal_all(round_, to_checkpoint, out)
+        self._await_acks(round_, to_checkpoint, signalled, out)
+        requeued = self._requeue_hold_all(round_, to_checkpoint, signalled, out)
+        for key in work.stop:
+            if key in requeued:
+                out.stopped.append(key)
+        for key, (job, target) in work.move.items():
+            if key in requeued:
+                out.previous_type[key] = job.leader.features
+                if self._place(round_, requeued[key], job, target, out, held=True):
+                    out.moved.append(key)
+        for key, (job, target) in work.start.items():
+            if self._place(round_, job.leader, job, target, out, held=job.leader.held):
+                out.started.append(key)
+        for key, job in work.hold.items():
+            if self._step(round_, job, "hold", {}, partial(self.slurm.hold, job.slurm_id), out):
+                out.held.append(key)
+        return EnactReport(failed=dict(out.failed)), out
+
+    # -- phases --------------------------------------------------------------------------------
+
+    def _signal_all(
+        self, round_: int, jobs: Mapping[str, ManagedJob], out: EnactOutcome
+    ) -> dict[str, float]:
+        """Ask every job to move or stop for a checkpoint at once; key -> when it was asked."""
+        signalled: dict[str, float] = {}
+        name = self.settings.checkpoint_signal
+        for key, job in jobs.items():
+            at = self.clock()
+            detail = {"signal": name, "restart_count": job.leader.restart_count}
+            # The request file first: a job still starting ignores the signal and finds the
+            # file once its handler is in place (wrapper/session.py).
+            self._write_request(job, at)
+            if self._step(
+                round_,
+                job,
+                "signal",
+                detail,
+                partial(self.slurm.signal, job.slurm_id, name, target="batch"),
+                out,
+            ):
+                signalled[key] = at
+        return signalled
+
+    def _await_acks(
+        self,
+        round_: int,
+        jobs: Mapping[str, ManagedJob],
+        signalled: Mapping[str, float],
+        out: EnactOutcome,
+    ) -> None:
+        """Wait until every signalled job acked its checkpoint, or the timeout passed."""
+        waiting = dict(signalled)
+        deadline = self.clock() + self.settings.ack_timeout_s
+        actions = {
+            key: self.journal.begin_action(
+                round_, key, jobs[key].slurm_id, "ack", {"timeout_s": self.settings.ack_timeout_s}
+            )
+            for key in waiting
+        }
+        while waiting:
+            for key in list(waiting):
+                job = jobs[key]
+                ack = read_ack(
+                    job_folder(self.settings.state_root, key),
+                    owner_uid=job.leader.user_id,
+                    job_id=job.slurm_id,
+                    restart_count=job.leader.restart_count,
+                    signalled_at=waiting[key] - 1.0,  # whole-second clocks on some filesystems
+                )
+                if ack is not None:
+                    del waiting[key]
+                    self._finish(actions[key], True, f"step {ack.step} in {ack.checkpoint}", "ack")
+            if not waiting or self.clock() >= deadline:
+                break
+            self.sleep(self.settings.poll_s)
+        for key in waiting:
+            out.no_ack.append(key)
+            self.journal.finish_action(
+                actions[key],
+                False,
+                f"no ack within {self.settings.ack_timeout_s:g} s: the job resumes from its "
+                "last periodic checkpoint",
+            )
+            logger.warning(
+                "job %s (%s) did not ack its checkpoint within %g s; moving it anyway",
+                key,
+                jobs[key].slurm_id,
+                self.settings.ack_timeout_s,
+            )
+
+    def _requeue_hold_all(
+        self,
+        round_: int,
+        jobs: Mapping[str, ManagedJob],
+        signalled: Mapping[str, float],
+        out: EnactOutcome,
+    ) -> dict[str, SlurmJob]:
+        """Requeue-hold the signalled jobs still running; key -> its held Slurm record."""
+        if not signalled:
+            return {}
+        current = self._current([jobs[k].slurm_id for k in signalled])
+        asked: dict[str, ManagedJob] = {}
+        for key in signalled:
+            job = jobs[key]
+            now = current.get(job.slurm_id)
+            if now is None or now.state is not JobState.RUNNING:
+                # It finished (or vanished) meanwhile: requeueing would run it again.
+                state = "gone" if now is None else now.state.value
+                out.finished.append(key)
+                logger.info("job %s (%s) is %s now; not requeued", key, job.slurm_id, state)
+                continue
+            if self._step(
+                round_,
+                job,
+                "requeue_hold",
+                {},
+                partial(self.slurm.requeue_hold, job.slurm_id),
+                out,
+            ):
+                asked[key] = job
+        return self._wait_held(asked, out)
+
+    def _wait_held(self, jobs: Mapping[str, ManagedJob], out: EnactOutcome) -> dict[str, SlurmJob]:
+        held: dict[str, SlurmJob] = {}
+        waiting = dict(jobs)
+        deadline = self.clock() + self.settings.requeue_timeout_s
+        while waiting:
+            current = self._current([j.slurm_id for j in waiting.values()])
+            for key in list(waiting):
+                now = current.get(waiting[key].slurm_id)
+                if now is not None and now.held:
+                    held[key] = now
+                    del waiting[key]
+            if not waiting or self.clock() >= deadline:
+                break
+            self.sleep(self.settings.poll_s)
+        for key, job in waiting.items():
+            out.failed[key] = (
+                f"job {job.slurm_id} was not requeued and held within "
+                f"{self.settings.requeue_timeout_s:g} s"
+            )
+        return held
+
+    def _place(
+        self,
+        round_: int,
+        record: SlurmJob,
+        job: ManagedJob,
+        target: Placement,
+        out: EnactOutcome,
+        *,
+        held: bool,
+    ) -> bool:
+        """Point a pending job at its target and let it run there."""
+        if len(target.gpu_types) > 1 or len(target.nodes) > 1:
+            return self._resubmit(round_, job, target, out)
+        if not held and not self._step(
+            round_, job, "hold", {}, lambda: self.slurm.hold(job.slurm_id), out
+        ):
+            return False
+        gpu_type = target.gpu_types[0]
+        node = target.nodes[0]
+        update = {"features": gpu_type, "gpus_per_node": target.num_gpus, "nodes": node}
+        ok = self._step(
+            round_,
+            job,
+            "update",
+            update,
+            lambda: self.slurm.retarget(job.slurm_id, gpu_type, target.num_gpus, node),
+            out,
+        ) and self._step(
+            round_,
+            job,
+            "placement",
+            {"gpu_type": gpu_type, "nodes": [node]},
+            lambda: self._write_placement(round_, job, target),
+            out,
+        )
+        # Released either way: a job whose retargeting failed goes back to Slurm unchanged
+        # rather than staying held by a failed round.
+        released = self._step(
+            round_, job, "release", {}, lambda: self.slurm.release(job.slurm_id), out
+        )
+        if released:
+            self._step(
+                round_,
+                job,
+                "start_now",
+                {},
+                lambda: self.slurm.update(job.slurm_id, JobUpdate(start_now=True)),
+                out,
+                quiet=True,
+            )
+        return ok and released
+
+    def _resubmit(self, round_: int, job: ManagedJob, target: Placement, out: EnactOutcome) -> bool:
+        """Re-submit the job as a heterogeneous job with one component per GPU slice."""
+        leader = job.leader
+        comment = (
+            leader.comment if job.spec.key else leader.comment.rstrip("; ") + f";key={job.key}"
+        )
+        environment = self._resubmit_environment(job)
+        components = [
+            JobOptions(
+                job_name=leader.name,
+                gpus=GpuRequest(part.count),
+                constraint=part.gpu_type,
+                nodelist=part.node,
+                nodes=1,
+                partition=leader.partition or None,
+                account=leader.account or None,
+                comment=comment,
+                output=leader.standard_output or None,
+                chdir=leader.work_dir or None,
+                requeue=True,
+                open_mode_append=True,
+                export=environment,
+                export_all=False,
+            )
+            for part in target.slices
+        ]
+        try:
+            script = self.slurm.write_batch_script(job.slurm_id)
+        except SlurmError as exc:
+            out.failed[job.key] = f"cannot read the batch script: {exc}"
+            self._release_quietly(round_, job, out)
+            return False
+        if not self._step(
+            round_,
+            job,
+            "placement",
+            {"gpu_types": list(target.gpu_types), "nodes": list(target.nodes)},
+            lambda: self._write_placement(round_, job, target),
+            out,
+        ):
+            self._release_quietly(round_, job, out)
+            return False
+        action = self.journal.begin_action(
+            round_,
+            job.key,
+            job.slurm_id,
+            "submit",
+            {"slices": [[s.node, s.gpu_type, s.count] for s in target.slices]},
+        )
+        try:
+            new_id = self.slurm.submit(script, components, uid=leader.user_id, gid=leader.group_id)
+        except (SlurmError, ValueError) as exc:
+            self.journal.finish_action(action, False, str(exc))
+            out.failed[job.key] = f"re-submission failed: {exc}"
+            self._release_quietly(round_, job, out)
+            return False
+        self._finish(action, True, f"new job {new_id}", "submit")
+        out.resubmitted[job.key] = new_id
+        # The template's own `#SBATCH --hold` came along with the script: release the copy.
+        action = self.journal.begin_action(round_, job.key, new_id, "release", {})
+        try:
+            self.slurm.release(new_id)
+        except SlurmError as exc:
+            self.journal.finish_action(action, False, str(exc))
+            out.failed[job.key] = f"release of the re-submitted job {new_id} failed: {exc}"
+        else:
+            self._finish(action, True, "", "release")
+        self._step(
+            round_,
+            job,
+            "cancel",
+            {"replaced_by": new_id},
+            lambda: self.slurm.cancel(job.slurm_id),
+            out,
+        )
+        return True
+
+    # -- helpers -------------------------------------------------------------------------------
+
+    def _step(
+        self,
+        round_: int,
+        job: ManagedJob,
+        kind: str,
+        detail: dict[str, Any],
+        action: Callable[[], object],
+        out: EnactOutcome,
+        *,
+        quiet: bool = False,
+    ) -> bool:
+        """Record, take and record the outcome of one action; False (and reported) if it failed."""
+        action_id = self.journal.begin_action(round_, job.key, job.slurm_id, kind, detail)
+        try:
+            action()
+        except (HetschedError, OSError, ValueError) as exc:
+            self.journal.finish_action(action_id, False, str(exc))
+            if not quiet:
+                out.failed.setdefault(job.key, f"{kind} failed: {exc}")
+            logger.warning("job %s (%s): %s failed: %s", job.key, job.slurm_id, kind, exc)
+            return False
+        self._finish(action_id, True, "", kind)
+        return True
+
+    def _finish(self, action_id: int, ok: bool, outcome: str, kind: str) -> None:
+        self.journal.finish_action(action_id, ok, outcome)
+        if self._failpoint and self._failpoint == kind:
+            logger.error("failpoint after:%s reached; killing the controller", kind)
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    def _release_quietly(self, round_: int, job: ManagedJob, out: EnactOutcome) -> None:
+        """Hand a job whose placement failed back to Slurm rather than leave it held."""
+        current = self._current([job.slurm_id]).get(job.slurm_id)
+        if current is not None and current.held:
+            self._step(round_, job, "release", {}, lambda: self.slurm.release(job.slurm_id), out)
+
+    def _current(self, job_ids: list[str]) -> dict[str, SlurmJob]:
+        """The jobs' records now, by id (missing ones absent)."""
+        try:
+            jobs = self.slurm.list_jobs()
+        except SlurmError as exc:
+            logger.warning("cannot list jobs: %s", exc)
+            return {}
+        wanted = set(job_ids)
+        return {j.job_id: j for j in jobs if j.job_id in wanted and j.het_job_offset in (None, 0)}
+
+    def _write_placement(self, round_: int, job: ManagedJob, target: Placement) -> None:
+        payload = {
+            "round": round_,
+            "gpu_type": target.slices[0].gpu_type,
+            "num_gpus": target.num_gpus,
+            "nodes": list(target.nodes),
+            "slices": [
+                {"node": s.node, "gpu_type": s.gpu_type, "count": s.count} for s in target.slices
+            ],
+        }
+        write_placement(
+            job_folder(self.settings.state_root, job.key),
+            payload,
+            uid=job.leader.user_id,
+            gid=job.leader.group_id,
+        )
+
+    def _write_request(self, job: ManagedJob, at: float) -> None:
+        try:
+            write_checkpoint_request(
+                job_folder(self.settings.state_root, job.key),
+                job_id=job.slurm_id,
+                restart_count=job.leader.restart_count,
+                at=at,
+                uid=job.leader.user_id,
+                gid=job.leader.group_id,
+            )
+        except (OSError, ValueError) as exc:
+            # The signal still goes out; only a job that is still starting would miss it.
+            logger.warning("job %s: cannot write its checkpoint request: %s", job.key, exc)
+
+    def _resubmit_environment(self, job: ManagedJob) -> dict[str, str]:
+        """What a re-submitted job is given: its key, the state root and a login-like base."""
+        environment = {"PATH": "/usr/local/bin:/usr/bin:/bin"}
+        uid = job.leader.user_id
+        if uid is not None:
+            try:
+                account = pwd.getpwuid(uid)
+                environment |= {"HOME": account.pw_dir, "USER": account.pw_name}
+            except KeyError:
+                pass
+        environment |= dict(self.settings.resubmit_environment)
+        environment |= {
+            "HETSCHED_JOB_KEY": job.key,
+            "HETSCHED_STATE_ROOT": str(self.settings.state_root),
+        }
+        return environment
