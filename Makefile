@@ -40,7 +40,7 @@ unit: setup
 
 demo: setup $(SPANK_SO)
 	$(HETSCHED) devcluster up --spank $(SPANK_SO)
-	eval "$$($(HETSCHED) devcluster env)"; $(BIN)/python examples/placement_demo.py
+	eval "$$($(HETSCHED) devcluster env)"; $(BIN)/python examples/controller_demo.py
 
 up: setup $(SPANK_SO)
 	$(HETSCHED) devcluster up --spank $(SPANK_SO)

@@ -465,7 +465,8 @@ def _add_controller(sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
             "Round after round: read the Slurm queue and the nodes' GPU types, compute a "
             "heterogeneity-aware allocation, and move managed jobs (checkpoint signal, "
             "requeue-hold, retarget, release). Logs one key=value line per round on stderr. "
-            "One controller at a time; after a crash the next start settles what was under way."
+            "One controller at a time; after a crash the next start settles what was under way. "
+            "SIGTERM or SIGINT stops it after the round under way. See docs/admin.md."
         ),
     )
     _add_config(p)
@@ -473,12 +474,24 @@ def _add_controller(sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     p.add_argument(
         "--dry-run",
         action="store_true",
-        help="observe and plan one round, print the actions it would take; change nothing",
+        help="observe and plan one round, print the actions it would take; change no job, "
+        "record nothing, take no lock (safe beside the running service)",
     )
-    p.add_argument("--round", type=float, metavar="S", help="round length in seconds (overrides)")
-    p.add_argument("--policy", metavar="NAME", help="policy (overrides controller.policy)")
     p.add_argument(
-        "--log-level", choices=["debug", "info", "warning", "error"], help="overrides the config"
+        "--round",
+        type=float,
+        metavar="S",
+        help="round length in seconds (overrides controller.round_s)",
+    )
+    p.add_argument(
+        "--policy",
+        metavar="NAME",
+        help="policy (overrides controller.policy; `hetsched allocate --list` lists them)",
+    )
+    p.add_argument(
+        "--log-level",
+        choices=["debug", "info", "warning", "error"],
+        help="overrides controller.log_level",
     )
 
 
@@ -502,11 +515,19 @@ def _add_rounds(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     p = sub.add_parser(
         "rounds",
         help="print the controller's round history",
-        description="The rounds the controller recorded: what it decided and did.",
+        description=(
+            "The rounds the controller recorded in its store (controller.store): what it "
+            "decided and did. Read-only: safe beside the running service."
+        ),
     )
     _add_config(p)
     p.add_argument("--last", type=int, metavar="N", help="only the last N rounds")
-    p.add_argument("--job", metavar="KEY", help="one job's rounds: target, share, actions")
+    p.add_argument(
+        "--job",
+        metavar="KEY",
+        help="one job's rounds: target, share, priority and every action with its outcome "
+        "(KEY: the job key, i.e. its first Slurm job id or the key= of its spec)",
+    )
 
 
 def _run_rounds(args: argparse.Namespace) -> int:
@@ -521,7 +542,11 @@ def _add_status(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     p = sub.add_parser(
         "status",
         help="print nodes, GPU types, managed jobs and their shares, and jobs not managed",
-        description="What the controller sees now (read-only: reads Slurm and the store).",
+        description=(
+            "What the controller sees now: nodes and the GPUs busy with jobs it does not "
+            "manage, the managed jobs with the last round's target and share, and the jobs with "
+            "a hetsched spec it refuses, with why. Read-only: reads Slurm and the store."
+        ),
     )
     _add_config(p)
 

@@ -210,12 +210,21 @@ def load_config(path: str | Path | None) -> ControllerConfig:
         raw = tomllib.loads(path.read_text())
     except OSError as exc:
         raise ConfigError(f"cannot read the config file {path}: {exc.strerror or exc}") from exc
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path}: not a UTF-8 text file (TOML is UTF-8): {exc}") from exc
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{path}: not valid TOML: {exc}") from exc
     base = path.resolve().parent
     values: dict[str, Any] = {"source": path}
     for section, table in raw.items():
         if section not in _KEYS:
+            owners = [s for s, keys in _KEYS.items() if section in keys]
+            if owners and not isinstance(table, dict):
+                # A key written above every [section] header.
+                raise ConfigError(
+                    f"{path}: key {section} is outside any section; move it under "
+                    f"[{owners[0]}] ({owners[0]}.{section})"
+                )
             raise ConfigError(f"{path}: unknown section [{section}]{_hint(section, _KEYS)}")
         if not isinstance(table, dict):
             raise ConfigError(f"{path}: {section} must be a [{section}] table")
@@ -229,19 +238,24 @@ def load_config(path: str | Path | None) -> ControllerConfig:
             except ValueError as exc:
                 raise ConfigError(f"{path}: {section}.{key}: {exc}") from exc
     config = ControllerConfig(**values)
-    check_policy(config)
+    try:
+        check_policy(config)
+    except ConfigError as exc:
+        raise ConfigError(f"{path}: {exc}") from exc
     return config
 
 
 def check_policy(config: ControllerConfig) -> None:
     """The policy and its options are ones the core accepts (raises ConfigError)."""
+    # The name first: with an unknown policy, its options cannot be judged.
+    try:
+        get_policy(config.policy)
+    except (HetschedError, KeyError, ValueError) as exc:
+        raise ConfigError(f"controller.policy: {exc}") from exc
     try:
         get_policy(config.policy, dict(config.policy_options))
-    except HetschedError as exc:
-        key = "controller.policy_options" if config.policy_options else "controller.policy"
-        raise ConfigError(f"{key}: {exc}") from exc
-    except (KeyError, ValueError) as exc:
-        raise ConfigError(f"controller.policy: {exc}") from exc
+    except (HetschedError, KeyError, ValueError) as exc:
+        raise ConfigError(f"controller.policy_options: {exc}") from exc
 
 
 def _hint(name: str, valid: Mapping[str, Any]) -> str:

@@ -40,11 +40,14 @@ from slurm_hetsched.controller.statefiles import (
 )
 from slurm_hetsched.core.model import Placement, RoundPlan
 from slurm_hetsched.core.ports import EnactReport
-from slurm_hetsched.errors import HetschedError, SlurmError
+from slurm_hetsched.errors import HetschedError, InvalidRequestError, SlurmError
 from slurm_hetsched.slurm.backend import CliSlurmBackend
 from slurm_hetsched.slurm.records import GpuRequest, JobOptions, JobState, JobUpdate, SlurmJob
 
 logger = logging.getLogger(__name__)
+
+# How often the ack wait looks at Slurm for jobs that ended instead of acking.
+_STATE_LOOK_S = 1.0
 
 # Test-only fault injection: HETSCHED_FAILPOINT=after:<action kind> SIGKILLs the controller
 # right after the first action of that kind is recorded done, to prove crash recovery.
@@ -123,6 +126,8 @@ def classify(view: SlurmView, plan: RoundPlan) -> Work:
                 work.keep[key] = job
             elif job.running:
                 work.move[key] = (job, target)
+            elif job.state is JobState.PENDING and starting_on(job, target):
+                work.keep[key] = job  # released onto this target already; Slurm starts it
             elif job.state is JobState.PENDING:
                 work.start[key] = (job, target)
         elif job.running:
@@ -130,6 +135,21 @@ def classify(view: SlurmView, plan: RoundPlan) -> Work:
         elif job.state is JobState.PENDING and not job.leader.held:
             work.hold[key] = job
     return work
+
+
+def starting_on(job: ManagedJob, placement: Placement) -> bool:
+    """Whether a pending job was released onto exactly `placement` (a plain job on one node):
+    Slurm is about to start it there, so re-placing it would only race with the start."""
+    leader = job.leader
+    if leader.held or len(job.components) > 1 or len(placement.slices) != 1:
+        return False
+    (part,) = placement.slices
+    count = leader.gpus_per_node.count if leader.gpus_per_node else 0
+    return (leader.features, leader.required_nodes, count) == (
+        part.gpu_type,
+        part.node,
+        part.count,
+    )
 
 
 def runs_on(job: ManagedJob, placement: Placement) -> bool:
@@ -186,7 +206,7 @@ class SlurmEnactor:
             if self._place(round_, job.leader, job, target, out, held=job.leader.held):
                 out.started.append(key)
         for key, job in work.hold.items():
-            if self._step(round_, job, "hold", {}, partial(self.slurm.hold, job.slurm_id), out):
+            if self._hold_pending(round_, job, out):
                 out.held.append(key)
         return EnactReport(failed=dict(out.failed)), out
 
@@ -231,7 +251,18 @@ class SlurmEnactor:
             )
             for key in waiting
         }
+        next_look = self.clock() + _STATE_LOOK_S
         while waiting:
+            if self.clock() >= next_look:
+                # A job at its last step finishes instead of acking: stop waiting for it.
+                next_look = self.clock() + _STATE_LOOK_S
+                current = self._current([jobs[k].slurm_id for k in waiting])
+                for key in list(waiting):
+                    now = current.get(jobs[key].slurm_id)
+                    if now is None or now.state is not JobState.RUNNING:
+                        del waiting[key]
+                        state = "gone" if now is None else now.state.value
+                        self.journal.finish_action(actions[key], False, f"job {state}, no ack")
             for key in list(waiting):
                 job = jobs[key]
                 ack = read_ack(
@@ -328,9 +359,7 @@ class SlurmEnactor:
         """Point a pending job at its target and let it run there."""
         if len(target.gpu_types) > 1 or len(target.nodes) > 1:
             return self._resubmit(round_, job, target, out)
-        if not held and not self._step(
-            round_, job, "hold", {}, lambda: self.slurm.hold(job.slurm_id), out
-        ):
+        if not held and not self._hold_pending(round_, job, out):
             return False
         gpu_type = target.gpu_types[0]
         node = target.nodes[0]
@@ -366,6 +395,23 @@ class SlurmEnactor:
                 quiet=True,
             )
         return ok and released
+
+    def _hold_pending(self, round_: int, job: ManagedJob, out: EnactOutcome) -> bool:
+        """Hold a released pending job before retargeting it. Slurm may start it in between
+        (it was released onto an older target): then it runs, and a later round moves it."""
+        action = self.journal.begin_action(round_, job.key, job.slurm_id, "hold", {})
+        try:
+            self.slurm.hold(job.slurm_id)
+        except InvalidRequestError as exc:
+            self.journal.finish_action(action, False, f"started meanwhile: {exc}")
+            logger.info("job %s (%s) started before it could be held", job.key, job.slurm_id)
+            return False
+        except SlurmError as exc:
+            self.journal.finish_action(action, False, str(exc))
+            out.failed.setdefault(job.key, f"hold failed: {exc}")
+            return False
+        self._finish(action, True, "", "hold")
+        return True
 
     def _resubmit(self, round_: int, job: ManagedJob, target: Placement, out: EnactOutcome) -> bool:
         """Re-submit the job as a heterogeneous job with one component per GPU slice."""

@@ -16,10 +16,6 @@ def format_rounds(
     """One line per round; with `job`, that job's target, share, priority and actions."""
     if not records:
         return "no rounds recorded yet"
-    failed_by_round: dict[int, int] = {}
-    for action in actions:
-        if action.status == "failed":
-            failed_by_round[action.round] = failed_by_round.get(action.round, 0) + 1
     if job is None:
         header = (
             f"{'ROUND':>5}  {'TIME':<19}  {'POLICY':<24} {'SOLVED':<6} {'JOBS':>4} {'PLACED':>6} "

@@ -32,6 +32,8 @@ class Progress:
     total_steps: int | None = None
     steps_per_s: float | None = None
     gpu_type: str | None = None
+    restart_count: int | None = None
+    status: str = "running"
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,6 +133,7 @@ def build_view(
     partition: str | None = None,
     progress: Callable[[ManagedJob], Progress | None] | None = None,
     arrivals: Mapping[str, float] | None = None,
+    measured: Mapping[str, Mapping[str, float]] | None = None,
 ) -> SlurmView:
     """The controller's view of the cluster from Slurm's jobs and nodes.
 
@@ -144,15 +147,17 @@ def build_view(
         progress: reads a managed job's checked progress report (None: no reports).
         arrivals: job key -> arrival time remembered from earlier rounds (a requeue resets
             Slurm's submit time; the first one seen stays the job's arrival).
+        measured: job key -> GPU type -> steps/s measured in earlier rounds; the current run's
+            report updates its type (the throughput table's online estimate).
     """
     arrivals = arrivals or {}
+    measured = measured or {}
     # A GPU type the table has no column for cannot be decided on: its GPUs are left to Slurm.
     profiled = set(table.gpu_types)
     unprofiled = tuple(sorted({t for node in nodes for t in node.gpus} - profiled))
     gpu_types = tuple(sorted({t for node in nodes for t in node.gpus} & profiled))
     managed: dict[str, ManagedJob] = {}
     rejected: list[RejectedJob] = []
-    busy: list[str] = []
     for group in _job_groups(jobs):
         leader = group[0]
         if not is_managed(leader.comment) or not leader.state.is_active:
@@ -178,8 +183,8 @@ def build_view(
             )
             continue
         managed[job.key] = job
-        if leader.state is JobState.COMPLETING:
-            busy.append(job.key)
+    # After the loop: of two jobs with one key, the one kept decides whether the key is busy.
+    busy = sorted(key for key, job in managed.items() if job.state is JobState.COMPLETING)
 
     reports: dict[str, Progress] = {}
     if progress is not None:
@@ -190,7 +195,13 @@ def build_view(
 
     snapshot_nodes = tuple(_snapshot_node(node, managed.values(), profiled) for node in nodes)
     snapshot_jobs = tuple(
-        _model_job(job, reports.get(key), arrivals.get(key), now_s)
+        _model_job(
+            job,
+            reports.get(key),
+            arrivals.get(key),
+            _measurements(job, reports.get(key), measured.get(key, {}), gpu_types),
+            now_s,
+        )
         for key, job in sorted(managed.items())
         if job.state in _SCHEDULABLE
     )
@@ -200,7 +211,7 @@ def build_view(
         rejected=tuple(rejected),
         nodes=tuple(nodes),
         snapshot=ClusterSnapshot(now_s=now_s, nodes=snapshot_nodes, jobs=snapshot_jobs),
-        busy=tuple(sorted(busy)),
+        busy=tuple(busy),
         progress=reports,
         unprofiled_gpu_types=unprofiled,
     )
@@ -300,8 +311,35 @@ def _snapshot_node(node: SlurmNode, managed: Iterable[ManagedJob], profiled: set
     )
 
 
+def _measurements(
+    job: ManagedJob,
+    progress: Progress | None,
+    before: Mapping[str, float],
+    gpu_types: Sequence[str],
+) -> dict[str, float]:
+    """The job's measured steps/s per GPU type: what earlier rounds saw, updated with the
+    report of the run now going (training, not paused, on one known type)."""
+    out = {t: v for t, v in before.items() if t in gpu_types}
+    if (
+        progress is not None
+        and job.running
+        and progress.status == "running"
+        and progress.restart_count in (None, job.leader.restart_count)
+        and progress.gpu_type is not None
+        and progress.gpu_type in gpu_types
+        and progress.steps_per_s is not None
+        and progress.steps_per_s > 0
+    ):
+        out[progress.gpu_type] = progress.steps_per_s
+    return out
+
+
 def _model_job(
-    job: ManagedJob, progress: Progress | None, arrival_s: float | None, now_s: float
+    job: ManagedJob,
+    progress: Progress | None,
+    arrival_s: float | None,
+    measured: Mapping[str, float],
+    now_s: float,
 ) -> Job:
     spec = job.spec
     total = spec.steps if spec.steps is not None else (progress.total_steps if progress else None)
@@ -324,4 +362,5 @@ def _model_job(
         due_s=spec.due_s,
         tardiness_weight=spec.tardiness_weight,
         slurm_job_ids=(job.slurm_id,),
+        measured_steps_per_s=measured,
     )

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import tzinfo
 from pathlib import Path
@@ -27,7 +27,7 @@ from slurm_hetsched.controller.statefiles import job_folder, read_progress
 from slurm_hetsched.core.model import RoundPlan
 from slurm_hetsched.core.ports import EnactReport, Observation, RoundRecord
 from slurm_hetsched.core.throughput import ThroughputTable
-from slurm_hetsched.errors import HetschedError, SlurmError
+from slurm_hetsched.errors import HetschedError, InvalidRequestError, SlurmError
 from slurm_hetsched.slurm.backend import CliSlurmBackend
 from slurm_hetsched.slurm.records import JobState, JobUpdate
 
@@ -102,9 +102,11 @@ class SlurmCluster:
             raise SlurmUnavailableError(f"cannot read Slurm's queue and nodes: {exc}") from exc
         now_s = self.clock()
         last = self.last_record()
-        arrivals = {}
+        arrivals: dict[str, float] = {}
+        measured: dict[str, Mapping[str, float]] = {}
         if last is not None and last.snapshot is not None:
             arrivals = {job.key: job.arrival_s for job in last.snapshot.jobs}
+            measured = {job.key: job.measured_steps_per_s for job in last.snapshot.jobs}
         tz = self.settings.local_tz or _local_tz()
         return build_view(
             jobs,
@@ -115,6 +117,7 @@ class SlurmCluster:
             partition=self.settings.partition,
             progress=lambda job: self._progress(job, now_s),
             arrivals=arrivals,
+            measured=measured,
         )
 
     def observe(self) -> Observation:
@@ -155,11 +158,15 @@ class SlurmCluster:
             return None
         rate = payload.get("steps_per_s")
         gpu_type = payload.get("gpu_type")
+        restart = payload.get("restart_count")
+        status = payload.get("status")
         return Progress(
             step=int(payload["step"]),
             total_steps=payload.get("total_steps"),
             steps_per_s=float(rate) if rate is not None else None,
             gpu_type=gpu_type if isinstance(gpu_type, str) else None,
+            restart_count=restart if isinstance(restart, int) else None,
+            status=status if isinstance(status, str) else "running",
         )
 
     # -- enact ---------------------------------------------------------------------------------
@@ -237,6 +244,9 @@ class SlurmCluster:
             try:
                 self.slurm.update(job_id, JobUpdate(admin_comment=text))
                 self.last.comments_written += 1
+            except InvalidRequestError as exc:
+                # It finished while the round ran: nothing left to show.
+                logger.debug("job %s (%s): no admin comment: %s", key, job_id, exc)
             except SlurmError as exc:
                 logger.warning("job %s (%s): cannot write its admin comment: %s", key, job_id, exc)
 

@@ -16,8 +16,14 @@ def format_value(value: Any) -> str:
     if isinstance(value, float):
         return f"{value:.4g}" if abs(value) < 1e6 else f"{value:.0f}"
     text = str(value)
-    if not text or any(c in text for c in ' "=\\\t\n'):
-        escaped = text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+    if not text or any(c in text for c in ' "=\\\t\n\r'):
+        # One record per line: a newline or carriage return in a value is written escaped.
+        escaped = (
+            text.replace("\\", "\\\\")
+            .replace('"', '\\"')
+            .replace("\n", "\\n")
+            .replace("\r", "\\r")
+        )
         return f'"{escaped}"'
     return text
 

@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+import math
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -88,9 +89,26 @@ class Metrics:
             if not samples:
                 samples = [((), 0.0)]
             for labels, value in samples:
-                label_text = ",".join(f'{k}="{v}"' for k, v in labels)
-                lines.append(f"{name}{{{label_text}}} {value:g}" if labels else f"{name} {value:g}")
+                label_text = ",".join(f'{k}="{_label_value(v)}"' for k, v in labels)
+                number = _sample_value(value)
+                lines.append(f"{name}{{{label_text}}} {number}" if labels else f"{name} {number}")
         return "\n".join(lines) + "\n"
+
+
+def _label_value(text: str) -> str:
+    """A label value escaped as the text format requires (backslash, quote, newline)."""
+    return text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+
+def _sample_value(value: float) -> str:
+    """A sample value in full precision (a counter past 999999 must not print as 1e+06)."""
+    if math.isnan(value):
+        return "NaN"
+    if math.isinf(value):
+        return "+Inf" if value > 0 else "-Inf"
+    if value.is_integer() and abs(value) < 2**53:
+        return str(int(value))
+    return repr(value)
 
 
 class MetricsServer:

@@ -9,6 +9,7 @@ the controller (root) atomically and handed to the job's user so the wrapper can
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import math
@@ -94,7 +95,11 @@ def read_progress(
             "it names another job",
         ),
         (_whole(step), "step is not a whole number >= 0"),
-        (total is None or (_whole(total) and total >= step), "total_steps < step"),
+        # Each check stands alone (the list is built before it is read): compare only numbers.
+        (
+            total is None or (_whole(total) and _whole(step) and total >= step),
+            "total_steps is not a whole number >= step",
+        ),
         (_finite(updated) and updated <= now_s + 60, "updated_at is missing or in the future"),
         (rate is None or (_finite(rate) and rate >= 0), "steps_per_s is not a number >= 0"),
     ]
@@ -152,29 +157,40 @@ def write_job_file(
 ) -> None:
     """Write a controller file into a job's folder atomically, readable by the job's user.
 
-    The folder is created (mode 0700, owned by the user) when the job never ran yet. An
-    existing folder or file that is a symlink is refused: root must not write through a link
-    a user planted.
+    The folder is created (mode 0700, owned by the user) when the job never ran yet. A folder
+    that is a symlink is refused, and the file is written through a descriptor of the folder
+    opened without following links, as a new file: root must not write through a link (or
+    into a hard link) a user planted.
     """
     if folder.is_symlink():
-        raise OSError(f"{folder} is a symbolic link; not writing placement.json through it")
+        raise OSError(f"{folder} is a symbolic link; not writing {name} through it")
     if not folder.exists():
         folder.parent.mkdir(mode=0o755, parents=True, exist_ok=True)
         folder.mkdir(mode=0o700)
         if uid is not None and os.geteuid() == 0:
             os.chown(folder, uid, gid if gid is not None else -1)
-    target = folder / name
-    tmp = folder / f".{name}.controller-{os.getpid()}"
-    data = (json.dumps(payload, indent=1, sort_keys=True) + "\n").encode()
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
     try:
-        os.write(fd, data)
-        if uid is not None and os.geteuid() == 0:
-            os.fchown(fd, uid, gid if gid is not None else -1)
-        os.fsync(fd)
+        dir_fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    except OSError as exc:
+        raise OSError(f"{folder} is not a plain folder; not writing {name} into it: {exc}") from exc
+    tmp = f".{name}.controller-{os.getpid()}"
+    data = (json.dumps(payload, indent=1, sort_keys=True) + "\n").encode()
+    try:
+        # A leftover temp file (or one the user put there) is removed, never opened.
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp, dir_fd=dir_fd)
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
+        fd = os.open(tmp, flags, 0o644, dir_fd=dir_fd)
+        try:
+            os.write(fd, data)
+            if uid is not None and os.geteuid() == 0:
+                os.fchown(fd, uid, gid if gid is not None else -1)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
     finally:
-        os.close(fd)
-    os.replace(tmp, target)
+        os.close(dir_fd)
 
 
 def _whole(value: Any) -> bool:

@@ -166,6 +166,9 @@ class Job:
         received_s: seconds run per GPU type since the last allocation reset.
         allowed_gpus: GPU counts the job may run with, ascending, starting at `num_gpus`
             (simulated and what-if jobs; ANDREAS chooses among them); () = num_gpus only.
+        measured_steps_per_s: GPU type -> steps/s the job was measured doing there at
+            `num_gpus` (its own progress reports, live only); the problem rescales the job's
+            throughput row with them (`core.throughput.rescale_row`).
     """
 
     key: str
@@ -183,9 +186,11 @@ class Job:
     slurm_job_ids: tuple[str, ...] = ()
     received_s: Mapping[str, float] = field(default_factory=lambda: _EMPTY)
     allowed_gpus: tuple[int, ...] = ()
+    measured_steps_per_s: Mapping[str, float] = field(default_factory=lambda: _EMPTY)
 
     def __post_init__(self) -> None:
         _set(self, "received_s", _frozen_mapping(self.received_s))
+        _set(self, "measured_steps_per_s", _frozen_mapping(self.measured_steps_per_s))
         _set(self, "allowed_gpus", tuple(self.allowed_gpus))
         if self.num_gpus < 1:
             raise InvalidProblemError(f"job {self.key!r}: num_gpus {self.num_gpus} < 1")

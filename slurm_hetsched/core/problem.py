@@ -22,7 +22,7 @@ from slurm_hetsched.core.model import (
     Placement,
     Problem,
 )
-from slurm_hetsched.core.throughput import ThroughputTable, UnknownJobClassError
+from slurm_hetsched.core.throughput import ThroughputTable, UnknownJobClassError, rescale_row
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,7 +51,8 @@ def build_problem(
 
     Columns are the snapshot's GPU types; capacity is each type's free GPUs on available
     nodes. A job's throughput on a type is the table's steps/s for its class at its GPU count
-    (0 where the table has no such column: it cannot run there).
+    (0 where the table has no such column: it cannot run there), rescaled by the job's own
+    measurements where it has any (`Job.measured_steps_per_s`).
 
     Args:
         snapshot: the cluster now.
@@ -75,6 +76,12 @@ def build_problem(
     for j, t in enumerate(gpu_types):
         if t in known:
             throughput[:, j] = found[:, known.index(t)]
+    for m, job in enumerate(jobs):
+        if job.measured_steps_per_s:
+            # Online estimate: the job's own measurements rescale its profile row.
+            throughput[m] = rescale_row(
+                throughput[m], gpu_types, job.measured_steps_per_s, job_id=job.key
+            ).steps_per_s
     has_steps = all(job.steps_remaining is not None for job in jobs)
     due = [math.nan if job.due_s is None else job.due_s for job in jobs]
     slo = [math.inf if job.slo_s is None else job.slo_s for job in jobs]

@@ -174,6 +174,7 @@ def parse_job(raw: Mapping[str, Any]) -> SlurmJob:
         work_dir=_text(raw.get("current_working_directory")),
         standard_output=_text(raw.get("standard_output")),
         group_id=number(raw.get("group_id")),
+        end_time=number(raw.get("end_time")) or None,
     )
 
 

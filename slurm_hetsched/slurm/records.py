@@ -89,6 +89,7 @@ class SlurmJob:
     work_dir: str = ""
     standard_output: str = ""
     group_id: int | None = None
+    end_time: int | None = None
 
     @property
     def held(self) -> bool:

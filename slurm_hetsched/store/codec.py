@@ -182,6 +182,7 @@ def snapshot_to_json(s: ClusterSnapshot) -> dict[str, Any]:
                 "slo_s": j.slo_s,
                 "slurm_job_ids": list(j.slurm_job_ids),
                 "allowed_gpus": list(j.allowed_gpus),
+                "measured_steps_per_s": dict(j.measured_steps_per_s),
             }
             for j in s.jobs
         ],
@@ -207,6 +208,9 @@ def snapshot_from_json(d: Mapping[str, Any]) -> ClusterSnapshot:
                     **j,
                     "slurm_job_ids": tuple(j["slurm_job_ids"]),
                     "allowed_gpus": tuple(j["allowed_gpus"]),
+                    "measured_steps_per_s": {
+                        str(t): float(v) for t, v in (j.get("measured_steps_per_s") or {}).items()
+                    },
                 }
             )
             for j in d["jobs"]

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 import re
-import shlex
 import subprocess
 import sys
 import time
@@ -23,6 +22,7 @@ import pytest
 
 from slurm_hetsched.slurm import CliSlurmBackend, JobOptions, JobUpdate
 from slurm_hetsched.wrapper import Ack, Placement, read_ack, read_progress, write_placement
+from slurm_hetsched.wrapper.template import render_template as fill_template
 from tests.integration.conftest import Submitter, backend, submit, wait_for  # noqa: F401
 
 REPO = Path(__file__).resolve().parents[2]
@@ -36,22 +36,8 @@ _FINAL_LINE = re.compile(r"^final steps=(\d+) params_sha256=([0-9a-f]{64})$", re
 
 
 def render_template(train_args: list[str], *, script: Path = TRAIN_MLP, comment: str) -> str:
-    """The shipped template with its training command and job spec replaced.
-
-    Everything else (hold, untyped GRES, requeue, append, the signal trap, exec) stays as
-    shipped; a template whose marked lines moved fails here, loudly.
-    """
-    text = TEMPLATE.read_text()
-    train = 'TRAIN=("$PYTHON" -u ' + shlex.join([str(script), *train_args]) + ")"
-    text, n_train = re.subn(r"^TRAIN=\(.*\)$", lambda _: train, text, flags=re.MULTILINE)
-    text, n_comment = re.subn(
-        r"^#SBATCH --comment=.*$",
-        lambda _: f'#SBATCH --comment="{comment}"',
-        text,
-        flags=re.MULTILINE,
-    )
-    assert (n_train, n_comment) == (1, 1), "the template's TRAIN=( or --comment line moved"
-    return text
+    """The shipped template running `script` with `train_args` and the job spec `comment`."""
+    return fill_template(TEMPLATE.read_text(), [str(script), *train_args], comment=comment)
 
 
 def job_environment(state_root: Path, **extra: str) -> dict[str, str]:

@@ -102,6 +102,8 @@ def test_finished_requeued_and_cancelled_jobs(version: str) -> None:
     (requeued,) = jobs["F"]
     (cancelled,) = jobs["G"]
     assert done.state is JobState.COMPLETED and not done.state.is_active
+    assert done.start_time is not None and done.end_time is not None
+    assert 0 <= done.end_time - done.start_time < 600, "a finished job's end is its real end"
     assert (requeued.state, requeued.restart_count, requeued.nodes) == (JobState.RUNNING, 1, "n3")
     assert cancelled.state is JobState.CANCELLED
 

@@ -111,3 +111,17 @@ def test_an_unwritable_place_is_a_clear_error(tmp_path: Path) -> None:
     blocker.write_text("x")
     with pytest.raises(StoreError, match="cannot open the store"):
         SqliteStore(blocker / "sub" / "s.sqlite")
+
+
+def test_codec_keeps_a_jobs_measured_rates() -> None:
+    from dataclasses import replace
+
+    from slurm_hetsched.store.codec import snapshot_from_json, snapshot_to_json
+
+    tick, _ = _tick(MemoryStore(), _trace())
+    snapshot = tick.run_round().snapshot
+    assert snapshot is not None
+    job = replace(snapshot.jobs[0], measured_steps_per_s={"v100": 12.5})
+    measured = replace(snapshot, jobs=(job, *snapshot.jobs[1:]))
+    again = snapshot_from_json(snapshot_to_json(measured))
+    assert again == measured and dict(again.jobs[0].measured_steps_per_s) == {"v100": 12.5}

@@ -135,3 +135,22 @@ def test_parse_signal_refuses(text: str) -> None:
 def test_bad_values_name_the_variable(name: str, value: str) -> None:
     with pytest.raises(WrapperConfigError, match=name):
         JobEnvironment.from_environ({name: value})
+
+
+def test_the_shipped_template_is_filled_in_on_its_marked_lines_only() -> None:
+    from slurm_hetsched.wrapper.template import TemplateError, render_template
+
+    shipped = (
+        Path(__file__).resolve().parents[3] / "sbatch_templates" / "train.sbatch"
+    ).read_text()
+    text = render_template(
+        shipped, ["train.py", "--name", "a b; rm -rf /"], comment="hetsched:class=A3C;steps=5"
+    )
+    assert "TRAIN=(\"$PYTHON\" -u train.py --name 'a b; rm -rf /')" in text
+    assert '#SBATCH --comment="hetsched:class=A3C;steps=5"' in text
+    changed = [a for a, b in zip(shipped.splitlines(), text.splitlines(), strict=True) if a != b]
+    assert len(changed) == 2, "only the two marked lines change"
+    with pytest.raises(TemplateError, match="double quote"):
+        render_template(shipped, ["t.py"], comment='hetsched:class="x"')
+    with pytest.raises(TemplateError, match="marked lines moved"):
+        render_template("#!/bin/bash\n", ["t.py"], comment="hetsched:class=A3C")

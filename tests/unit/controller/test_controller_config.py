@@ -1,0 +1,336 @@
+"""The controller's config file: the shipped etc/hetsched.toml documents the real defaults and
+every key, relative paths follow the file, and each mistake is an error naming its key (also
+through `hetsched controller`, without a traceback)."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from pathlib import Path
+
+import pytest
+
+from slurm_hetsched.cli import DEFAULT_CONFIG, main
+from slurm_hetsched.controller import config as config_module
+from slurm_hetsched.controller.config import ConfigError, ControllerConfig, load_config
+from slurm_hetsched.errors import HetschedError
+
+ROOT = Path(__file__).resolve().parents[3]
+SHIPPED = ROOT / "etc" / "hetsched.toml"
+# A commented-out key in the shipped file: `# key = value` right after the '#'.
+_COMMENTED_KEY = re.compile(r"^#\s?([a-z_]+) = (.+)$")
+_SECTION = re.compile(r"^\[([a-z_]+)\]$")
+
+
+def _documented_keys() -> list[tuple[str, str, bool]]:
+    """(section, key, commented out) of every key the shipped file shows."""
+    keys: list[tuple[str, str, bool]] = []
+    section = ""
+    for line in SHIPPED.read_text().splitlines():
+        if match := _SECTION.match(line):
+            section = match.group(1)
+        elif match := _COMMENTED_KEY.match(line):
+            keys.append((section, match.group(1), True))
+        elif line and not line.startswith("#") and "=" in line:
+            keys.append((section, line.split("=")[0].strip(), False))
+    return keys
+
+
+def write(tmp_path: Path, text: str, name: str = "hetsched.toml") -> Path:
+    path = tmp_path / name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    return path
+
+
+def error_of(tmp_path: Path, text: str) -> str:
+    path = write(tmp_path, text)
+    with pytest.raises(ConfigError) as caught:
+        load_config(path)
+    return str(caught.value)
+
+
+# ----------------------------------------------------------------------------------------------
+# The shipped file
+
+
+def test_shipped_file_states_the_real_defaults() -> None:
+    loaded = load_config(SHIPPED)
+    defaults = ControllerConfig()
+    for spec in dataclasses.fields(ControllerConfig):
+        if spec.name == "source":
+            continue
+        assert getattr(loaded, spec.name) == getattr(defaults, spec.name), spec.name
+    assert loaded.source == SHIPPED
+
+
+def test_every_key_of_the_shipped_file_is_known_and_every_known_key_is_shown() -> None:
+    shown = _documented_keys()
+    known = {(section, key) for section, keys in config_module._KEYS.items() for key in keys}
+    assert {(section, key) for section, key, _ in shown} == known
+    assert len(shown) == len(known), "a key is shown twice"
+
+
+def test_the_commented_examples_of_the_shipped_file_load(tmp_path: Path) -> None:
+    """Uncommenting every example gives a valid file with those values."""
+    text = SHIPPED.read_text()
+    lines = [
+        line[1:].lstrip() if _COMMENTED_KEY.match(line) else line for line in text.splitlines()
+    ]
+    config = load_config(write(tmp_path, "\n".join(lines)))
+    assert config.policy_options == {"energy_slack": "0.1"}
+    assert config.lock == Path("/var/lib/hetsched/rounds.sqlite.lock")
+    assert config.slurm_conf == "/etc/slurm/slurm.conf"
+    assert config.partition == "gpu"
+    assert config.metrics_port == 9877
+    assert config.throughputs == Path("/etc/hetsched/throughputs.json")
+    assert dict(config.resubmit_environment) == {"HETSCHED_PYTHON": "/opt/venvs/train/bin/python"}
+
+
+def test_the_dev_cluster_config_loads_with_paths_under_the_checkout() -> None:
+    config = load_config(ROOT / "etc" / "hetsched-devcluster.toml")
+    assert config.round_s == 20.0 and config.min_reset_interval_s == 0.0
+    assert config.store == ROOT / ".devcluster" / "controller" / "rounds.sqlite"
+    assert config.slurm_conf == str(ROOT / ".devcluster" / "etc" / "slurm.conf")
+
+
+def test_the_admin_guide_lists_every_key_with_its_default() -> None:
+    rows = {}
+    for line in (ROOT / "docs" / "admin.md").read_text().splitlines():
+        if match := re.match(r"^\| `([a-z_]+\.[a-z_]+)` \| ([^|]+) \|", line):
+            rows[match.group(1)] = match.group(2).strip()
+    defaults = ControllerConfig()
+    for section, keys in config_module._KEYS.items():
+        for key, (name, _) in keys.items():
+            cell = rows.pop(f"{section}.{key}")
+            value = getattr(defaults, name)
+            if value is None:
+                assert cell.startswith("unset"), (section, key, cell)
+            elif isinstance(value, bool):
+                assert cell == f"`{str(value).lower()}`", (section, key, cell)
+            elif isinstance(value, str | Path):
+                assert cell == f'`"{value}"`', (section, key, cell)
+            elif isinstance(value, int | float):
+                assert cell == f"`{value!r}`", (section, key, cell)
+            else:
+                assert cell == "`{}`" and dict(value) == {}, (section, key, cell)
+    assert rows == {}, "the guide lists keys config.py does not know"
+
+
+def test_the_systemd_unit_fits_the_defaults() -> None:
+    unit: dict[str, str] = {}
+    for line in (ROOT / "etc" / "hetsched-controller.service").read_text().splitlines():
+        if line and not line.startswith(("#", "[")):
+            key, _, value = line.partition("=")
+            assert key not in unit, f"{key} set twice"
+            unit[key] = value
+    assert unit["ExecStart"].endswith(f"hetsched controller --config {DEFAULT_CONFIG}")
+    assert (unit["Type"], unit["Restart"], unit["KillSignal"]) == (
+        "simple",
+        "on-failure",
+        "SIGTERM",
+    )
+    defaults = ControllerConfig()
+    # The store's folder is the one systemd creates.
+    assert defaults.store.parent == Path("/var/lib") / unit["StateDirectory"]
+    # SIGTERM lets the round under way finish: its waits must fit in the stop timeout.
+    assert float(unit["TimeoutStopSec"]) > defaults.ack_timeout_s + defaults.requeue_timeout_s
+    assert {"slurmctld.service", "munge.service"} <= set(unit["After"].split())
+
+
+def test_no_file_means_every_default() -> None:
+    assert load_config(None) == ControllerConfig()
+    assert ControllerConfig().lock_path == Path("/var/lib/hetsched/rounds.sqlite.lock")
+
+
+# ----------------------------------------------------------------------------------------------
+# Values
+
+
+def test_relative_paths_resolve_against_the_files_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    write(
+        tmp_path,
+        '[controller]\nstore = "db/rounds.sqlite"\nstate_root = "../state"\n'
+        '[slurm]\nconf = "slurm.conf"\nbin_dir = "./bin"\n'
+        '[site]\nthroughputs = "t.json"\ngpu_types = "/abs/gpu_types.toml"\n',
+        name="etc/hetsched.toml",
+    )
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    config = load_config(Path("..") / "etc" / "hetsched.toml")
+    etc = tmp_path / "etc"
+    assert config.store == etc / "db" / "rounds.sqlite"
+    assert config.state_root == tmp_path / "state"
+    assert config.slurm_conf == str(etc / "slurm.conf")
+    assert config.bin_dir == str(etc / "bin")
+    assert config.throughputs == etc / "t.json"
+    assert config.gpu_types == Path("/abs/gpu_types.toml")
+    assert config.lock_path == etc / "db" / "rounds.sqlite.lock"
+
+
+def test_values_are_converted(tmp_path: Path) -> None:
+    config = load_config(
+        write(
+            tmp_path,
+            "[controller]\nround_s = 30\ncheckpoint_signal = 'sigusr1'\nlog_level = 'DEBUG'\n"
+            "release_rejected = false\npolicy_options = { energy_slack = 0.2 }\n"
+            "resubmit_environment = { A = 1, B = true }\n"
+            "[metrics]\nport = 0\n",
+        )
+    )
+    assert config.round_s == 30.0 and isinstance(config.round_s, float)
+    assert config.checkpoint_signal == "USR1"
+    assert config.log_level == "debug"
+    assert config.release_rejected is False
+    assert dict(config.policy_options) == {"energy_slack": "0.2"}
+    assert dict(config.resubmit_environment) == {"A": "1", "B": "true"}
+    assert config.metrics_port == 0
+
+
+# ----------------------------------------------------------------------------------------------
+# Errors name the key
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("[controler]\nround_s = 1\n", ["unknown section [controler]", "did you mean controller"]),
+        ("[nonsense]\n", ["unknown section [nonsense]", "valid: controller, slurm, site, metrics"]),
+        ("[controller]\nround = 1\n", ["unknown key controller.round", "did you mean round_s"]),
+        ("[slurm]\nretrys = 1\n", ["slurm.retrys", "did you mean retries"]),
+        ("[controller]\nround_s = 'fast'\n", ["controller.round_s", "'fast'", "number > 0"]),
+        ("[controller]\nround_s = true\n", ["controller.round_s", "True"]),
+        ("[controller]\nround_s = 0\n", ["controller.round_s", "> 0"]),
+        ("[controller]\nround_s = nan\n", ["controller.round_s", "nan"]),
+        ("[controller]\nack_timeout_s = -5\n", ["controller.ack_timeout_s", "-5"]),
+        ("[controller]\nmin_reset_interval_s = -1\n", ["controller.min_reset_interval_s", ">= 0"]),
+        ("[slurm]\nretries = -1\n", ["slurm.retries", "whole number >= 0", "-1"]),
+        ("[slurm]\nretries = 1.5\n", ["slurm.retries", "1.5"]),
+        ("[slurm]\nretry_backoff_s = -0.5\n", ["slurm.retry_backoff_s", "-0.5"]),
+        ("[site]\nprogress_max_age_s = -1\n", ["site.progress_max_age_s"]),
+        ("[metrics]\nport = 70000\n", ["metrics.port", "0..65535", "70000"]),
+        ("[metrics]\nport = '9877'\n", ["metrics.port", "'9877'"]),
+        ("[controller]\ncheckpoint_signal = 'USR3'\n", ["controller.checkpoint_signal", "USR3"]),
+        ("[controller]\nlog_level = 'verbose'\n", ["controller.log_level", "'verbose'"]),
+        ("[controller]\nrelease_rejected = 'yes'\n", ["controller.release_rejected", "true or"]),
+        ("[controller]\nstore = ''\n", ["controller.store", "non-empty string"]),
+        ("[controller]\nresubmit_environment = 'A=1'\n", ["controller.resubmit_environment"]),
+        ("[controller]\nresubmit_environment = { A = [1] }\n", ["resubmit_environment", "A:"]),
+        ("[controller]\npolicy = 'fastest'\n", ["controller.policy", "unknown policy 'fastest'"]),
+        (
+            "[controller]\npolicy = 'fastest'\npolicy_options = { energy_slack = 0.1 }\n",
+            ["controller.policy:", "unknown policy 'fastest'"],
+        ),
+        (
+            "[controller]\npolicy_options = { bogus = 1 }\n",
+            ["controller.policy_options", "bogus", "energy_slack"],
+        ),
+        (
+            "[controller]\npolicy = 'fifo'\npolicy_options = { energy_slack = 0.1 }\n",
+            ["controller.policy_options", "energy_slack"],
+        ),
+        ("round_s = 30\n", ["round_s is outside any section", "[controller]"]),
+        ("controller = 5\n", ["controller must be a [controller] table"]),
+        ("[controller]\nround_s = \n", ["not valid TOML", "line 2"]),
+    ],
+)
+def test_errors_name_the_key(tmp_path: Path, text: str, expected: list[str]) -> None:
+    message = error_of(tmp_path, text)
+    for part in expected:
+        assert part in message, message
+
+
+def test_config_errors_are_hetsched_errors(tmp_path: Path) -> None:
+    with pytest.raises(HetschedError):
+        load_config(write(tmp_path, "[controller]\nround_s = -1\n"))
+
+
+def test_a_missing_file_is_named(tmp_path: Path) -> None:
+    missing = tmp_path / "nope.toml"
+    with pytest.raises(ConfigError, match=r"cannot read the config file .*nope\.toml"):
+        load_config(missing)
+
+
+def test_a_folder_or_a_binary_file_is_an_error_not_a_crash(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="cannot read the config file"):
+        load_config(tmp_path)
+    binary = tmp_path / "binary.toml"
+    binary.write_bytes(b"\xff\xfe[controller]\n")
+    with pytest.raises(ConfigError, match="not a UTF-8 text file"):
+        load_config(binary)
+
+
+# ----------------------------------------------------------------------------------------------
+# Through the command line
+
+
+@pytest.mark.parametrize(
+    ("text", "key"),
+    [
+        ("[controller]\nround_s = -1\n", "controller.round_s"),
+        ("[controller]\npolicy = 'fastest'\n", "controller.policy"),
+        ("[slurm]\nretrys = 2\n", "slurm.retrys"),
+    ],
+)
+@pytest.mark.parametrize("command", ["controller", "rounds", "status"])
+def test_commands_report_a_bad_config_without_a_traceback(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], command: str, text: str, key: str
+) -> None:
+    path = write(tmp_path, text, name="bad.toml")
+    assert main([command, "--config", str(path)]) == 1
+    captured = capsys.readouterr()
+    assert captured.err.startswith("hetsched: error: ")
+    assert key in captured.err and "bad.toml" in captured.err
+    assert "Traceback" not in captured.err + captured.out
+
+
+def test_controller_reports_a_binary_config_without_a_traceback(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "bad.toml"
+    path.write_bytes(b"\xff\xfe")
+    assert main(["controller", "--config", str(path)]) == 1
+    err = capsys.readouterr().err
+    assert "bad.toml" in err and "UTF-8" in err and "Traceback" not in err
+
+
+def test_controller_policy_override_is_checked(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = write(tmp_path, "[controller]\nround_s = 30\n")
+    assert main(["controller", "--config", str(path), "--policy", "fastest"]) == 1
+    err = capsys.readouterr().err
+    assert "controller.policy" in err and "unknown policy 'fastest'" in err
+
+
+def test_controller_round_override_must_be_positive(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = write(tmp_path, "[controller]\nround_s = 30\n")
+    assert main(["controller", "--config", str(path), "--round", "0"]) == 1
+    assert "--round 0" in capsys.readouterr().err
+
+
+def test_config_from_the_environment(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = write(tmp_path, "[controller]\nround_s = -2\n")
+    monkeypatch.setenv("HETSCHED_CONFIG", str(path))
+    assert main(["rounds"]) == 1
+    assert "controller.round_s" in capsys.readouterr().err
+
+
+def test_rounds_without_a_store_says_so(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = write(tmp_path, f"[controller]\nstore = {str(tmp_path / 'none.sqlite')!r}\n")
+    assert main(["rounds", "--config", str(path)]) == 1
+    err = capsys.readouterr().err
+    assert "no rounds recorded yet" in err and "none.sqlite" in err
+
+
+def test_rounds_last_must_be_positive(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = write(tmp_path, "[controller]\nround_s = 30\n")
+    assert main(["rounds", "--config", str(path), "--last", "0"]) == 1
+    assert "--last must be >= 1" in capsys.readouterr().err
