@@ -159,7 +159,8 @@ def show_status(config: ControllerConfig, *, out: TextIO) -> int:
     print(f"last round: {last.round if last else '-'} at {when}", file=out)
     print(f"\nMANAGED JOBS ({len(view.managed)})", file=out)
     print(
-        f"{'KEY':<10} {'JOBID':<8} {'USER':<10} {'STATE':<10} {'CLASS':<28} GPUS TARGET  SHARE",
+        f"{'KEY':<10} {'JOBID':<8} {'USER':<10} {'STATE':<10} {'CLASS':<28} GPUS "
+        f"{'TARGET':<16} SHARE",
         file=out,
     )
     placements = last.plan.placements if last else {}
@@ -172,7 +173,7 @@ def show_status(config: ControllerConfig, *, out: TextIO) -> int:
         print(
             f"{key:<10} {job.slurm_id:<8} {job.leader.user:<10} {job.state.value:<10} "
             f"{job.spec.job_class[:28]:<28} {job.num_gpus:<4} "
-            f"{describe_target(placements.get(key))} {share}",
+            f"{describe_target(placements.get(key)):<16} {share}",
             file=out,
         )
     print(

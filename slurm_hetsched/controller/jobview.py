@@ -276,7 +276,12 @@ def _managed_job(
             f"unknown job class {spec.job_class!r}: not in the throughput table{hint} "
             "(`hetsched allocate --list-classes` prints them)"
         ) from exc
-    if gpu_types and not (rates > 0).any():
+    if not gpu_types:
+        raise JobSpecError(
+            "no GPU type of this cluster is in the throughput table, so the controller cannot "
+            "schedule any job; add the types to the site's throughput file (site.throughputs)"
+        )
+    if not (rates > 0).any():
         raise JobSpecError(
             f"no GPU type of this cluster ({', '.join(gpu_types)}) can run class "
             f"{spec.job_class!r} on {num_gpus} GPUs according to the throughput table"

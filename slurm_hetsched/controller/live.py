@@ -29,7 +29,7 @@ from slurm_hetsched.core.ports import EnactReport, Observation, RoundRecord
 from slurm_hetsched.core.throughput import ThroughputTable
 from slurm_hetsched.errors import HetschedError, InvalidRequestError, SlurmError
 from slurm_hetsched.slurm.backend import CliSlurmBackend
-from slurm_hetsched.slurm.records import JobState, JobUpdate
+from slurm_hetsched.slurm.records import JobState, JobUpdate, SlurmJob
 
 logger = logging.getLogger(__name__)
 
@@ -193,26 +193,26 @@ class SlurmCluster:
                     logger.warning(
                         "job %s of %s is not managed: %s", job.job_id, job.user, rejected.reason
                     )
-                # Release a user hold only once (the template's --hold was meant for us); a
-                # hold the user sets again later is theirs.
-                if (
-                    self.settings.release_rejected
-                    and job.held
-                    and job.reason == "JobHeldUser"
-                    and not job.admin_comment.startswith(f"{PREFIX} not-managed")
-                ):
-                    action = self.journal.begin_action(
-                        round_, job.job_id, job.job_id, "release_rejected", {}
-                    )
-                    try:
-                        self.slurm.release(job.job_id)
-                    except SlurmError as exc:
-                        self.journal.finish_action(action, False, str(exc))
-                        raise
-                    self.journal.finish_action(action, True, rejected.reason)
-                    self.last.rejected_released.append(job.job_id)
+                if self.settings.release_rejected and job.held and _hold_is_ours(job):
+                    self._hand_back(round_, job, rejected.reason)
             except SlurmError as exc:
                 logger.warning("job %s: cannot report or release it: %s", job.job_id, exc)
+
+    def _hand_back(self, round_: int, job: SlurmJob, reason: str) -> None:
+        """Release a refused job to Slurm, without the target an earlier round gave it."""
+        managed_before = job.admin_comment.startswith(f"{PREFIX} r=")
+        action = self.journal.begin_action(
+            round_, job.job_id, job.job_id, "release_rejected", {"untarget": managed_before}
+        )
+        try:
+            if managed_before:
+                self.slurm.update(job.job_id, JobUpdate(features="", required_nodes=""))
+            self.slurm.release(job.job_id)
+        except SlurmError as exc:
+            self.journal.finish_action(action, False, str(exc))
+            raise
+        self.journal.finish_action(action, True, reason)
+        self.last.rejected_released.append(job.job_id)
 
     def _write_admin_comments(self, plan: RoundPlan, outcome: EnactOutcome) -> None:
         assert self.view is not None
@@ -265,6 +265,16 @@ def _reason(key: str, outcome: EnactOutcome, placements: dict, job: ManagedJob) 
     if key in outcome.kept:
         return "kept"
     return "queued"
+
+
+def _hold_is_ours(job: SlurmJob) -> bool:
+    """Whether a refused job waits on a hold the controller may lift: the template's
+    submission hold the first time the job is seen, or any hold of a job it managed before
+    (its own requeue-holds and holds). A hold the user sets after the job was handed back is
+    theirs."""
+    if job.admin_comment.startswith(f"{PREFIX} not-managed"):
+        return False
+    return job.reason == "JobHeldUser" or job.admin_comment.startswith(f"{PREFIX} r=")
 
 
 def _local_tz() -> tzinfo:

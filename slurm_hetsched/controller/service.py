@@ -74,7 +74,10 @@ class Controller:
         self.settings = settings
         self.dry_run = dry_run
         self.slurm = CliSlurmBackend(settings.cli)
-        self.store = SqliteStore(settings.store_path)
+        # A dry run reads the store if there is one, and never creates it.
+        self._store: SqliteStore | None = None
+        if not dry_run or settings.store_path.exists():
+            self._store = SqliteStore(settings.store_path)
         self.policy = get_policy(settings.policy, settings.policy_options)
         journal: Any = _DryJournal() if dry_run else self.store
         self.cluster = SlurmCluster(
@@ -89,7 +92,7 @@ class Controller:
         self._memory: MemoryStore | None = None
         if dry_run:
             self._memory = MemoryStore()
-            last = self.store.load()
+            last = self._store.load() if self._store is not None else None
             if last is not None:
                 self._memory.save_enacted(last)
         backend: Any = _DryRunCluster(self.cluster) if dry_run else self.cluster
@@ -103,9 +106,19 @@ class Controller:
             ),
         )
         self._stop = threading.Event()
+        self._needs_reconcile = False
+
+    @property
+    def store(self) -> SqliteStore:
+        """The round store (not there in a dry run without one)."""
+        if self._store is None:
+            raise HetschedError("no round store in this dry run")
+        return self._store
 
     def _last_record(self) -> RoundRecord | None:
-        return (self._memory or self.store).load()
+        if self._memory is not None:
+            return self._memory.load()
+        return self.store.load()
 
     # -- one round -----------------------------------------------------------------------------
 
@@ -117,6 +130,12 @@ class Controller:
         except SlurmUnavailableError as exc:
             logger.warning("round skipped: %s", exc)
             return RoundSummary({"skipped": "slurm-unavailable", "error": str(exc)[:200]})
+        except Exception as exc:  # noqa: BLE001  (one bad round must not end the service)
+            # A solver or store failure, or a bug: the round's actions taken so far are in
+            # the journal; settle any left pending before the next round, as after a crash.
+            logger.exception("round failed; the next round settles what it left under way")
+            self._needs_reconcile = True
+            return RoundSummary({"skipped": "round-failed", "error": str(exc)[:200]})
         outcome = self.cluster.last.outcome
         plan = record.plan
         fields: dict[str, Any] = {
@@ -154,6 +173,9 @@ class Controller:
         self._reconcile()
         while not self._stop.is_set():
             began = time.monotonic()
+            if self._needs_reconcile:
+                self._needs_reconcile = False
+                self._reconcile()
             summary = self.run_round()
             if on_round is not None:
                 on_round(summary)
@@ -195,7 +217,8 @@ class Controller:
         signal.signal(signal.SIGINT, on_signal)
 
     def close(self) -> None:
-        self.store.close()
+        if self._store is not None:
+            self._store.close()
 
 
 class SingleControllerLock:

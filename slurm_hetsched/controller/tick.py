@@ -11,13 +11,18 @@ from __future__ import annotations
 import dataclasses
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
-from slurm_hetsched.core.mechanism import GAVEL_MIN_RESET_INTERVAL_S, plan_round, record_round
+from slurm_hetsched.core.mechanism import (
+    GAVEL_MIN_RESET_INTERVAL_S,
+    RoundOptions,
+    plan_round,
+    record_round,
+)
 from slurm_hetsched.core.model import Allocation, ClusterSnapshot, RoundState
-from slurm_hetsched.core.policies.base import Policy
+from slurm_hetsched.core.policies.base import Policy, round_options_for
 from slurm_hetsched.core.ports import ClusterBackend, Observation, RoundRecord, StateStore
 from slurm_hetsched.core.problem import SiteData, build_problem
 
@@ -30,10 +35,13 @@ class TickSettings:
         round_s: the round length in seconds (Gavel: 360 in simulation).
         min_reset_interval_s: a new allocation resets the received time at most this often
             (docs/mechanism.md).
+        round_options: queue order and work conservation of the round mechanism; the tick
+            adapts them to its policy (`round_options_for`).
     """
 
     round_s: float = 360.0
     min_reset_interval_s: float = GAVEL_MIN_RESET_INTERVAL_S
+    round_options: RoundOptions = field(default_factory=RoundOptions)
 
 
 class Tick:
@@ -52,6 +60,7 @@ class Tick:
         self.backend = backend
         self.store = store
         self.settings = settings or TickSettings()
+        self.round_options = round_options_for(policy, self.settings.round_options)
         self.last_observation: Observation | None = None
         # Seconds each phase of the last round took (observe, decide, plan, enact, record):
         # measured only, never read by a decision.
@@ -75,6 +84,8 @@ class Tick:
             snapshot,
             self.settings.round_s,
             min_reset_interval_s=self.settings.min_reset_interval_s,
+            options=self.round_options,
+            table=self.site.table,
         )
         record = RoundRecord(
             round=plan.round,

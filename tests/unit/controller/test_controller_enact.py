@@ -137,3 +137,22 @@ def test_a_heterogeneous_job_on_its_slices() -> None:
     assert not runs_on(job, placement("10", ("n1", "v100", 2)))
     work = classify(view_of(job), RoundPlan(round=1, keep={"10": both}))
     assert sorted(work.keep) == ["10"]
+
+
+def test_a_released_job_starting_on_its_target_is_left_to_start() -> None:
+    """Released onto k80 on n3 last round and not started yet: re-placing it there would only
+    race with Slurm starting it; placed elsewhere, it is held and retargeted."""
+    from dataclasses import replace
+
+    starting = managed(
+        replace(
+            slurm_job("9", state=JobState.PENDING, reason="Resources", features="k80"),
+            required_nodes="n3",
+        )
+    )
+    same = RoundPlan(round=6, start={"9": placement("9", ("n3", "k80", 1))})
+    assert keys(classify(view_of(starting), same))["keep"] == ["9"]
+    other = RoundPlan(round=6, start={"9": placement("9", ("n1", "v100", 1))})
+    assert keys(classify(view_of(starting), other))["start"] == ["9"]
+    still_held = managed(replace(held("9", features="k80"), required_nodes="n3"))
+    assert keys(classify(view_of(still_held), same))["start"] == ["9"], "a held job is released"

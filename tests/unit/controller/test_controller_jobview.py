@@ -326,3 +326,10 @@ def test_expand_nodes() -> None:
     assert expand_nodes("n1") == ["n1"]
     assert expand_nodes("n[1-3],gpu7") == ["n1", "n2", "n3", "gpu7"]
     assert expand_nodes("a[01-02],b[5,7]") == ["a01", "a02", "b5", "b7"]
+
+
+def test_jobs_are_refused_when_no_gpu_type_of_the_cluster_is_profiled() -> None:
+    refused_view = view([held("1")], [slurm_node("n9", {"h100": 4})])
+    assert refused_view.managed == {} and refused_view.unprofiled_gpu_types == ("h100",)
+    (refused,) = refused_view.rejected
+    assert "no GPU type of this cluster is in the throughput table" in refused.reason
