@@ -130,7 +130,7 @@ class Controller:
         except SlurmUnavailableError as exc:
             logger.warning("round skipped: %s", exc)
             return RoundSummary({"skipped": "slurm-unavailable", "error": str(exc)[:200]})
-        except Exception as exc:  # noqa: BLE001  (one bad round must not end the service)
+        except Exception as exc:  # one bad round must not end the service
             # A solver or store failure, or a bug: the round's actions taken so far are in
             # the journal; settle any left pending before the next round, as after a crash.
             logger.exception("round failed; the next round settles what it left under way")
