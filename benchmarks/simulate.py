@@ -7,8 +7,12 @@ asserts nothing (tests/sim/test_simulate.py checks correctness).
 Each size runs in its own process (so peak memory is that run's own): a trace generated with
 Gavel's multi-GPU mix (seed 0) at an arrival rate that keeps 108 GPUs (36 V100 + 36 P100 + 36
 K80, servers of 4) busy, simulated with max_min_fairness_perf, 360 s rounds, 10 s restart
-overhead. The policy is solved only in rounds where jobs arrived or finished; the other rounds
-reuse the allocation, as Gavel does. Target: 1000 jobs in under 60 s on a 2-core machine.
+overhead and the round mechanism's defaults (one queue per GPU type, work conservation). The
+policy is solved only in rounds where jobs arrived or finished; the other rounds reuse the
+allocation, as Gavel does. Target: 1000 jobs in under 60 s on a 2-core machine.
+
+Last run (2 cores): 100 jobs 1.4 s and 132 MiB, 1000 jobs 25.9 s and 203 MiB, 5000 jobs
+152.1 s and 475 MiB (peak resident memory of the whole process).
 """
 
 from __future__ import annotations

@@ -511,7 +511,8 @@ class SlurmEnactor:
             self.journal.finish_action(action_id, False, str(exc))
             if not quiet:
                 out.failed.setdefault(job.key, f"{kind} failed: {exc}")
-            logger.warning("job %s (%s): %s failed: %s", job.key, job.slurm_id, kind, exc)
+            log = logger.debug if quiet else logger.warning
+            log("job %s (%s): %s failed: %s", job.key, job.slurm_id, kind, exc)
             return False
         self._finish(action_id, True, "", kind)
         return True

@@ -9,9 +9,14 @@ all GPUs on one node when one node can hold them, else spread over nodes of the 
 
 `plan_round` decides a round; `record_round` adds the seconds each placed job actually ran. The
 simulator and the controller both call exactly these two, so they keep identical state.
+`RoundOptions` holds the choices Gavel's code makes one way and a site may make another: one
+queue per GPU type (fastest type first) or one global queue, and whether GPUs left idle are
+filled with jobs allocated nothing there (work conservation).
 
-Pure: no I/O, no clock (the time is the snapshot's `now_s`), no randomness; the same inputs
-give the same plan. docs/mechanism.md describes the rules and the caller's duties.
+Pure: no I/O, no clock (the time is the snapshot's `now_s`); the only randomness (the
+agnostic policies' shuffled type order) is drawn from the options' seed and the round number,
+so the same inputs give the same plan. docs/mechanism.md describes the rules and the caller's
+duties.
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -27,15 +33,59 @@ from slurm_hetsched.core.model import (
     ClusterSnapshot,
     GpuSlice,
     InvalidProblemError,
+    Job,
     Node,
     Placement,
     RoundPlan,
     RoundState,
 )
+from slurm_hetsched.core.throughput import ThroughputTable, UnknownJobClassError
 
 # Gavel's `minimum_time_between_allocation_resets` (scheduler.py): a new allocation resets the
 # received time at most this often, so the shares keep a long enough history to steer by.
 GAVEL_MIN_RESET_INTERVAL_S = 1920.0
+
+QUEUES = ("per_type", "global")
+
+
+@dataclass(frozen=True, slots=True)
+class RoundOptions:
+    """How `plan_round` walks the (job, GPU type) entries (docs/mechanism.md).
+
+    Attributes:
+        queue: "per_type" (Gavel's code): the types one after the other, each type's entries
+            in priority order, so a type's GPUs go to the jobs with the highest priority on
+            that type; "global": one queue over every type by priority (the paper's wording).
+        type_order: per-type walk order, first type first. Types not listed follow, fastest
+            first by the throughput table when `plan_round` gets one, else by name. () (the
+            default) lets the table decide: Gavel's v100, p100, k80 for its table.
+        shuffle: walk the types in a random order each round instead (Gavel does this for its
+            heterogeneity-agnostic policies, which must not prefer a type); drawn from `seed`
+            and the round number, so plans stay reproducible.
+        seed: seed of the shuffled order.
+        work_conserving: after a type's entries with an allocation, hand its GPUs still free to
+            jobs that can run there (by the throughput table) but were allocated 0 on it,
+            highest deficit first, as Gavel's code does for every policy but FIFO. Needs the
+            table (`plan_round(table=...)`): without it the mechanism cannot tell "allocated 0"
+            from "cannot run" and fills nothing.
+    """
+
+    queue: str = "per_type"
+    type_order: tuple[str, ...] = ()
+    shuffle: bool = False
+    seed: int = 0
+    work_conserving: bool = True
+
+    def __post_init__(self) -> None:
+        if self.queue not in QUEUES:
+            raise InvalidProblemError(
+                f"round options: queue {self.queue!r}; expected one of {list(QUEUES)}"
+            )
+        object.__setattr__(self, "type_order", tuple(self.type_order))
+        if len(set(self.type_order)) != len(self.type_order):
+            raise InvalidProblemError(
+                f"round options: type_order {list(self.type_order)} names a type twice"
+            )
 
 
 def compute_priorities(x: np.ndarray, received_s: np.ndarray, round_s: float) -> np.ndarray:
@@ -69,6 +119,8 @@ def plan_round(
     round_s: float,
     *,
     min_reset_interval_s: float = GAVEL_MIN_RESET_INTERVAL_S,
+    options: RoundOptions = RoundOptions(),
+    table: ThroughputTable | None = None,
 ) -> tuple[RoundPlan, RoundState]:
     """Decide the next round: which jobs run, on which GPUs of which nodes.
 
@@ -84,6 +136,9 @@ def plan_round(
         min_reset_interval_s: a changed allocation resets the received time only if at least
             this long has passed since the last reset (else the reset waits); 0 resets at
             every change.
+        options: queue, type order, work conservation (`RoundOptions`).
+        table: the throughput table: where each job can run (work conservation) and which
+            types are fastest (the default per-type order). None: no filling, types by name.
 
     Returns:
         The plan (keep / move / start / stop) and the next state: round + 1, this allocation,
@@ -109,7 +164,14 @@ def plan_round(
             (rows[j], allocation.gpu_types.index(p.gpu_types[0])) for j, p in placed.items()
         ]
     else:
-        chosen = _select(allocation, priority, state.deficit_s, num_gpus, free)
+        order = _type_order(allocation.gpu_types, options, table, state.round + 1)
+        fill = None
+        if options.work_conserving and table is not None:
+            fill = _runnable(allocation, jobs, table) & (allocation.x <= 0)
+        arrival = np.array([jobs[j].arrival_s for j in allocation.job_ids], dtype=float)
+        chosen = _select(
+            allocation, priority, state.deficit_s, num_gpus, free, order, fill, arrival
+        )
         placed = _place(chosen, allocation, num_gpus, free, state.placements)
 
     keep: dict[str, Placement] = {}
@@ -254,38 +316,52 @@ def _select(
     deficit_s: np.ndarray,
     num_gpus: np.ndarray,
     free: Mapping[str, Mapping[str, int]],
+    order: Sequence[int] | None,
+    fill: np.ndarray | None,
+    arrival_s: np.ndarray,
 ) -> list[tuple[int, int]]:
     """Greedy choice of (job row, type column) pairs in priority order (Gavel's Algorithm 1).
 
-    One global queue over all (job, type) entries with an allocation > 0, sorted by priority,
-    then Gavel's tie-breakers deficit and allocation, then larger jobs first, then job id and
-    type name (so the result does not depend on row or node order). An entry is taken if the
-    job is not chosen yet and its type still has `num_gpus` free GPUs in all; otherwise the
-    walk goes on with the next entry.
+    The entries are every (job, type) with an allocation > 0, plus, with `fill` (work
+    conservation), the (job, type) entries it marks (priority 0). With `order` (a per-type
+    queue) the types come one after the other in that order, each with its entries sorted;
+    without it (global queue) all entries are sorted together. The sort: priority, then
+    Gavel's tie-breakers deficit and allocation, then earlier arrival (Gavel's queue order),
+    then larger jobs first, then job id and type name (so the result does not depend on row or
+    node order). An entry is taken if the job is not chosen yet and its type still has
+    `num_gpus` free GPUs in all; otherwise the walk goes on with the next entry.
     """
     x = allocation.x
     capacity = np.array([sum(free[t].values()) for t in allocation.gpu_types], dtype=np.int64)
-    eligible = (x > 0) & (num_gpus[:, None] <= capacity[None, :])
+    eligible = x > 0
+    if fill is not None:
+        eligible = eligible | fill
+    eligible &= num_gpus[:, None] <= capacity[None, :]
     rows, cols = np.nonzero(eligible)
     if rows.size == 0:
         return []
     job_rank = _ranks(allocation.job_ids)
     type_rank = _ranks(allocation.gpu_types)
-    order = np.lexsort(
+    walk = np.zeros(len(allocation.gpu_types), dtype=np.int64)
+    if order is not None:
+        walk[np.asarray(order, dtype=np.int64)] = np.arange(len(order))
+    by_order = np.lexsort(
         (
             type_rank[cols],
             job_rank[rows],
             -num_gpus[rows],
+            arrival_s[rows],
             -x[rows, cols],
             -deficit_s[rows, cols],
             -priority[rows, cols],
+            walk[cols],
         )
     )
     left = capacity.copy()
     smallest = int(num_gpus.min())
     taken = np.zeros(len(allocation.job_ids), dtype=bool)
     chosen: list[tuple[int, int]] = []
-    for e in order:
+    for e in by_order:
         m, t = int(rows[e]), int(cols[e])
         if taken[m] or num_gpus[m] > left[t]:
             continue
@@ -295,6 +371,99 @@ def _select(
         if (left < smallest).all():
             break
     return chosen
+
+
+def _type_order(
+    gpu_types: Sequence[str], options: RoundOptions, table: ThroughputTable | None, round_: int
+) -> list[int] | None:
+    """Column indices in the order a per-type queue walks them; None for the global queue."""
+    if options.queue == "global":
+        return None
+    listed = [t for t in options.type_order if t in gpu_types]
+    rest = sorted(t for t in gpu_types if t not in listed)
+    if table is not None:
+        speed = type_speeds(table, rest)
+        rest = sorted(rest, key=lambda t: (-speed.get(t, 0.0), t))
+    names = listed + rest
+    if options.shuffle:
+        rng = np.random.default_rng([options.seed, round_])
+        names = [names[i] for i in rng.permutation(len(names))]
+    return [list(gpu_types).index(t) for t in names]
+
+
+def type_speeds(table: ThroughputTable, gpu_types: Sequence[str]) -> dict[str, float]:
+    """A speed score per GPU type: over every (class, GPU count) of the table that runs on
+    at least one of `gpu_types`, the mean of its steps/s there divided by its best steps/s
+    among them (1 = always the fastest; types the table lacks score 0).
+
+    Sorting by it, highest first, gives Gavel's hard-coded v100, p100, k80 for Gavel's table.
+    """
+    memo = _memo(table).speed
+    key = tuple(gpu_types)
+    if key not in memo:
+        memo[key] = _speed_scores(table, key)
+    return dict(memo[key])
+
+
+def _speed_scores(table: ThroughputTable, gpu_types: tuple[str, ...]) -> dict[str, float]:
+    known = [t for t in gpu_types if t in table.gpu_types]
+    if not known or not table.rows:
+        return dict.fromkeys(gpu_types, 0.0)
+    columns = [table.gpu_types.index(t) for t in known]
+    rates = np.array([row[columns] for row in table.rows.values()])  # (n_rows, n_known)
+    best = rates.max(axis=1)
+    useful = best > 0
+    if not useful.any():
+        return dict.fromkeys(gpu_types, 0.0)
+    relative = rates[useful] / best[useful, None]
+    score = dict(zip(known, relative.mean(axis=0).tolist(), strict=True))
+    return {t: float(score.get(t, 0.0)) for t in gpu_types}
+
+
+def _runnable(
+    allocation: Allocation, jobs: Mapping[str, Job], table: ThroughputTable
+) -> np.ndarray:
+    """(n_jobs, n_types) bool: the table has steps/s > 0 for the job's class at its GPU count
+    on the type (consolidated). Types or classes the table lacks: False (never filled)."""
+    memo = _memo(table).runnable
+    types = allocation.gpu_types
+    columns = [table.gpu_types.index(t) if t in table.gpu_types else -1 for t in types]
+    out = np.zeros((len(allocation.job_ids), len(types)), dtype=bool)
+    for m, job_id in enumerate(allocation.job_ids):
+        job = jobs[job_id]
+        key = (job.job_class, job.num_gpus)
+        row = memo.get(key)
+        if row is None:
+            try:
+                rates = table.matrix([key], table.gpu_types)[0]
+            except UnknownJobClassError:
+                rates = np.zeros(len(table.gpu_types))
+            row = memo[key] = rates > 0
+        out[m] = [c >= 0 and bool(row[c]) for c in columns]
+    return out
+
+
+@dataclass(slots=True)
+class _TableMemo:
+    """What the mechanism derives from one (immutable) throughput table, kept across rounds."""
+
+    table: ThroughputTable
+    speed: dict[tuple[str, ...], dict[str, float]]
+    runnable: dict[tuple[str, int], np.ndarray]
+
+
+_MEMOS: list[_TableMemo] = []  # the few tables seen last, most recent last
+
+
+def _memo(table: ThroughputTable) -> _TableMemo:
+    """The memo of `table` (by identity: a table never changes once built)."""
+    for memo in _MEMOS:
+        if memo.table is table:
+            return memo
+    memo = _TableMemo(table, {}, {})
+    _MEMOS.append(memo)
+    del _MEMOS[:-4]
+    return memo
 
 
 def _place(

@@ -7,6 +7,7 @@ happened into a `SimResult`. Nothing here decides anything.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -23,7 +24,7 @@ from slurm_hetsched.core.costs import (
     tardiness_s,
     window_energy_kwh,
 )
-from slurm_hetsched.core.mechanism import GAVEL_MIN_RESET_INTERVAL_S
+from slurm_hetsched.core.mechanism import GAVEL_MIN_RESET_INTERVAL_S, RoundOptions
 from slurm_hetsched.core.model import Node
 from slurm_hetsched.core.policies.base import Policy
 from slurm_hetsched.core.problem import SiteData
@@ -51,7 +52,10 @@ class SimSettings:
         min_reset_interval_s: the mechanism's minimum time between resets of received time.
         idle_nodes_on: count nodes without a busy GPU at their idle power (a powered
             cluster); False takes them as powered down (ANDREAS's assumption).
-        seed: recorded in the result (random policies take it as an option).
+        seed: recorded in the result (random policies take it as an option); also seeds the
+            round mechanism's shuffled type order (agnostic policies).
+        round_options: the round mechanism's queue and work conservation (docs/mechanism.md),
+            as the live controller would be configured; its seed is replaced by `seed`.
     """
 
     round_s: float = 360.0
@@ -59,6 +63,7 @@ class SimSettings:
     min_reset_interval_s: float = GAVEL_MIN_RESET_INTERVAL_S
     idle_nodes_on: bool = True
     seed: int = 0
+    round_options: RoundOptions = field(default_factory=RoundOptions)
 
 
 @dataclass(slots=True)
@@ -97,7 +102,11 @@ def simulate(
         site,
         cluster,
         store,
-        TickSettings(settings.round_s, settings.min_reset_interval_s),
+        TickSettings(
+            settings.round_s,
+            settings.min_reset_interval_s,
+            dataclasses.replace(settings.round_options, seed=settings.seed),
+        ),
     )
     run = _Run()
     while True:

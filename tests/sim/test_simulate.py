@@ -192,3 +192,25 @@ def test_gavel_trace_on_gavels_physical_cluster_completes_every_job() -> None:
     assert result.completed == len(trace)
     assert math.isfinite(result.avg_jct_s)
     assert np.all([r.jct_s and r.jct_s > 0 for r in result.jobs])
+
+
+def test_tick_adapts_the_round_options_to_its_policy() -> None:
+    from slurm_hetsched.controller.tick import Tick, TickSettings
+    from slurm_hetsched.core.mechanism import RoundOptions
+    from slurm_hetsched.store.memory import MemoryStore
+
+    def options(policy: str, base: RoundOptions) -> RoundOptions:
+        cluster = SimulatedCluster([], TWO_NODES, TABLE, SimClock())
+        settings = TickSettings(round_options=base)
+        return Tick(get_policy(policy), SITE, cluster, MemoryStore(), settings).round_options
+
+    aware = options("max_min_fairness_perf", RoundOptions(seed=7))
+    assert (aware.queue, aware.shuffle, aware.work_conserving, aware.seed) == (
+        "per_type",
+        False,
+        True,
+        7,
+    )
+    assert options("max_min_fairness", RoundOptions()).shuffle  # agnostic: shuffled types
+    assert not options("fifo_perf", RoundOptions()).work_conserving  # FIFO never fills
+    assert not options("max_min_fairness_perf", RoundOptions(work_conserving=False)).work_conserving

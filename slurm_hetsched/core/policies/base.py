@@ -19,6 +19,7 @@ No I/O.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import ClassVar, Protocol
@@ -27,6 +28,7 @@ import cvxpy as cp
 import numpy as np
 import scipy.sparse as sp
 
+from slurm_hetsched.core.mechanism import RoundOptions
 from slurm_hetsched.core.model import Allocation, Problem
 from slurm_hetsched.core.policies.lp import (
     INF,
@@ -62,6 +64,28 @@ class Policy(Protocol):
             SolverError: the solver did not reach an optimal solution.
         """
         ...
+
+
+def round_options_for(policy: Policy, options: RoundOptions) -> RoundOptions:
+    """The round mechanism's options under `policy` (docs/mechanism.md), from the site's.
+
+    - A heterogeneity-agnostic policy (`agnostic = True`) walks the per-type queues in a
+      random order each round (Gavel: such a policy must not favour a type by walking it
+      first).
+    - Work conservation stays on unless the policy leaves GPUs idle on purpose: FIFO (Gavel
+      never fills under FIFO), the cost policies (an idle GPU costs nothing) and any policy
+      with `energy_slack` > 0 (an idle GPU draws less power). They say so with
+      `fills_idle_gpus = False` (or their `energy_slack`).
+    """
+    agnostic = bool(getattr(policy, "agnostic", False))
+    fills = bool(getattr(policy, "fills_idle_gpus", True))
+    if float(getattr(policy, "energy_slack", 0.0) or 0.0) > 0:
+        fills = False
+    return dataclasses.replace(
+        options,
+        shuffle=options.shuffle or agnostic,
+        work_conserving=options.work_conserving and fills,
+    )
 
 
 def effective_throughput(problem: Problem, agnostic: bool) -> np.ndarray:

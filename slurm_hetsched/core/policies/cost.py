@@ -153,6 +153,9 @@ class MaxSumThroughputNormalizedByCostPerf:
         "(needs GPU prices)"
     )
     slos: ClassVar[bool] = False
+    # GPUs the cost policy leaves unallocated are unallocated to save money: the round
+    # mechanism must not fill them (docs/mechanism.md).
+    fills_idle_gpus: ClassVar[bool] = False
     options: ClassVar[Mapping[str, PolicyOption]] = NO_OPTIONS
     due_dates_as_slos: bool = False
 

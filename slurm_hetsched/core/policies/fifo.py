@@ -68,6 +68,9 @@ class FifoPerf:
     )
     options: ClassVar[Mapping[str, PolicyOption]] = NO_OPTIONS
     agnostic: ClassVar[bool] = False
+    # The round mechanism leaves GPUs idle rather than run jobs out of arrival order on
+    # them (Gavel's code skips FIFO's priority-0 entries): docs/mechanism.md.
+    fills_idle_gpus: ClassVar[bool] = False
 
     def __init__(self, backend: str = "highs", solver: str = "HIGHS") -> None:
         """Args: backend "highs" (fast) or "cvxpy"; solver: the cvxpy solver name."""

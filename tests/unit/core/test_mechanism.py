@@ -6,6 +6,7 @@ round, let every placed job run the whole round, record it.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 from collections.abc import Sequence
 
@@ -13,7 +14,13 @@ import numpy as np
 import pytest
 from problem_builders import gavel_example
 
-from slurm_hetsched.core.mechanism import compute_priorities, plan_round, record_round
+from slurm_hetsched.core.mechanism import (
+    RoundOptions,
+    compute_priorities,
+    plan_round,
+    record_round,
+    type_speeds,
+)
 from slurm_hetsched.core.model import (
     Allocation,
     ClusterSnapshot,
@@ -26,8 +33,11 @@ from slurm_hetsched.core.model import (
     RoundState,
 )
 from slurm_hetsched.core.policies import get_policy
+from slurm_hetsched.core.policies.base import round_options_for
+from slurm_hetsched.data_files import shipped_throughputs
 
 ROUND_S = 360.0
+GLOBAL = RoundOptions(queue="global")
 
 
 # ----------------------------------------------------------------------------------------------
@@ -158,7 +168,11 @@ def test_higher_priority_first_and_one_type_per_job() -> None:
     allocation = alloc({"a": {"v100": 0.9, "k80": 0.1}, "b": {"v100": 0.1}}, ["v100", "k80"])
     nodes = [Node("n1", {"v100": 1, "k80": 1})]
     plan, _ = plan_round(
-        allocation, RoundState.initial(["v100", "k80"]), snap(nodes, {"a": 1, "b": 1}), ROUND_S
+        allocation,
+        RoundState.initial(["v100", "k80"]),
+        snap(nodes, {"a": 1, "b": 1}),
+        ROUND_S,
+        options=GLOBAL,
     )
     assert plan.placements["a"].slices == (GpuSlice("n1", "v100", 1),)
     assert "b" not in plan.placements  # v100 is taken, and b has no share of k80
@@ -454,3 +468,135 @@ def test_invalid_inputs_are_reported() -> None:
             received_s=np.zeros((1, 1)),
             placements={"b": Placement("b", (GpuSlice("n1", "v100", 1),))},
         )
+
+
+# ----------------------------------------------------------------------------------------------
+# Queue order and work conservation (RoundOptions)
+
+# Two jobs, one v100 and one k80. Nothing received yet, so every priority is 2 x allocation:
+# a: v100 1.2, k80 0.8; b: v100 0.8, k80 0.2.
+CROSS = {"a": {"v100": 0.6, "k80": 0.4}, "b": {"v100": 0.4, "k80": 0.1}}
+
+
+def cross_plan(options: RoundOptions, round_: int = 0) -> dict[str, str]:
+    allocation = alloc(CROSS, ["v100", "k80"])
+    nodes = [Node("n1", {"v100": 1}), Node("n2", {"k80": 1})]
+    state = dataclasses.replace(RoundState.initial(["v100", "k80"]), round=round_)
+    plan, _ = plan_round(allocation, state, snap(nodes, {"a": 1, "b": 1}), ROUND_S, options=options)
+    return {job: p.gpu_types[0] for job, p in plan.placements.items()}
+
+
+def test_global_queue_takes_the_highest_priority_entry_of_any_type() -> None:
+    # a-v100 (1.2) first; b-v100 (0.8) no longer fits, a-k80 is a's second entry, b-k80 fits.
+    assert cross_plan(GLOBAL) == {"a": "v100", "b": "k80"}
+
+
+def test_per_type_queue_fills_the_first_type_before_looking_at_the_next() -> None:
+    # k80 first: a (0.8) beats b (0.2) there; then v100: a is taken, b (0.8) gets it.
+    assert cross_plan(RoundOptions(type_order=("k80",))) == {"a": "k80", "b": "v100"}
+    # v100 first gives the global queue's answer here.
+    assert cross_plan(RoundOptions(type_order=("v100", "k80"))) == {"a": "v100", "b": "k80"}
+
+
+def test_default_per_type_order_is_fastest_first_by_the_table() -> None:
+    table = shipped_throughputs()
+    speed = type_speeds(table, ["k80", "p100", "v100"])
+    assert sorted(speed, key=lambda t: -speed[t]) == ["v100", "p100", "k80"]  # Gavel's order
+    allocation = alloc(CROSS, ["k80", "v100"])  # column order must not matter
+    nodes = [Node("n1", {"v100": 1}), Node("n2", {"k80": 1})]
+    plan, _ = plan_round(
+        allocation,
+        RoundState.initial(["k80", "v100"]),
+        snap(nodes, {"a": 1, "b": 1}),
+        ROUND_S,
+        options=RoundOptions(work_conserving=False),
+        table=table,
+    )
+    assert plan.placements["a"].gpu_types == ("v100",)
+    # Without a table the types go by name: k80 first.
+    assert cross_plan(RoundOptions()) == {"a": "k80", "b": "v100"}
+
+
+def test_shuffled_type_order_is_reproducible_and_takes_both_orders() -> None:
+    options = RoundOptions(shuffle=True, seed=3)
+    plans = [cross_plan(options, r) for r in range(40)]
+    assert plans == [cross_plan(options, r) for r in range(40)]  # same seed and round
+    assert {"a": "v100", "b": "k80"} in plans and {"a": "k80", "b": "v100"} in plans
+    assert plans != [cross_plan(RoundOptions(shuffle=True, seed=4), r) for r in range(40)]
+
+
+def test_work_conservation_fills_idle_gpus_where_the_table_says_the_job_can_run() -> None:
+    # Both jobs are allocated half of the one v100 and nothing on k80; 4 k80s are idle.
+    allocation = alloc({"a": {"v100": 0.5}, "b": {"v100": 0.5}}, ["v100", "k80"])
+    nodes = [Node("n1", {"v100": 1}), Node("n2", {"k80": 4})]
+    table = shipped_throughputs()
+    plan, _ = plan_round(
+        allocation,
+        RoundState.initial(["v100", "k80"]),
+        snap(nodes, {"a": 1, "b": 1}),
+        ROUND_S,
+        table=table,
+    )
+    # Equal priorities on v100: a (job id) gets it; b, allocated 0 on k80, fills a k80.
+    assert {j: p.gpu_types[0] for j, p in plan.placements.items()} == {"a": "v100", "b": "k80"}
+    assert plan.priority["b"] == 0.0  # chosen with priority 0: a fill
+    # Off: b waits, as without a table.
+    plan, _ = plan_round(
+        allocation,
+        RoundState.initial(["v100", "k80"]),
+        snap(nodes, {"a": 1, "b": 1}),
+        ROUND_S,
+        options=RoundOptions(work_conserving=False),
+        table=table,
+    )
+    assert list(plan.placements) == ["a"]
+
+
+def test_work_conservation_never_fills_a_type_the_job_cannot_run_on() -> None:
+    # ResNet-50 (batch size 128) on 2 GPUs: 0 steps/s on k80 in Gavel's table.
+    assert shipped_throughputs().steps_per_s("ResNet-50 (batch size 128)", "k80", 2) == 0.0
+    allocation = alloc({"a": {"v100": 0.5}, "b": {"v100": 0.5}}, ["v100", "k80"])
+    nodes = [Node("n1", {"v100": 2}), Node("n2", {"k80": 4})]
+    jobs = tuple(Job(k, "ResNet-50 (batch size 128)", num_gpus=2) for k in ("a", "b"))
+    plan, _ = plan_round(
+        allocation,
+        RoundState.initial(["v100", "k80"]),
+        ClusterSnapshot(0.0, tuple(nodes), jobs),
+        ROUND_S,
+        table=shipped_throughputs(),
+    )
+    assert list(plan.placements) == ["a"]
+
+
+def test_fill_goes_to_the_highest_deficit_after_the_allocated_entries() -> None:
+    allocation = alloc({"a": {"v100": 1.0}, "b": {}, "c": {}}, ["v100", "k80"])
+    nodes = [Node("n1", {"v100": 1}), Node("n2", {"k80": 1})]
+    deficit = np.array([[0.0, 0.0], [0.0, 10.0], [0.0, 50.0]])
+    state = RoundState(0, ("a", "b", "c"), ("v100", "k80"), np.zeros((3, 2)), deficit_s=deficit)
+    plan, _ = plan_round(
+        allocation,
+        state,
+        snap(nodes, {"a": 1, "b": 1, "c": 1}),
+        ROUND_S,
+        table=shipped_throughputs(),
+    )
+    assert {j: p.gpu_types[0] for j, p in plan.placements.items()} == {"a": "v100", "c": "k80"}
+
+
+def test_round_options_follow_the_policy() -> None:
+    base = RoundOptions()
+    perf = round_options_for(get_policy("max_min_fairness_perf"), base)
+    assert (perf.shuffle, perf.work_conserving) == (False, True)
+    agnostic = round_options_for(get_policy("max_min_fairness"), base)
+    assert (agnostic.shuffle, agnostic.work_conserving) == (True, True)
+    for name in ("fifo", "fifo_perf", "max_sum_throughput_normalized_by_cost_perf"):
+        assert not round_options_for(get_policy(name), base).work_conserving, name
+    saving = get_policy("max_min_fairness_perf", {"energy_slack": 0.1})
+    assert not round_options_for(saving, base).work_conserving
+
+
+def test_round_options_are_checked() -> None:
+    with pytest.raises(InvalidProblemError, match="queue"):
+        RoundOptions(queue="random")
+    with pytest.raises(InvalidProblemError, match="twice"):
+        RoundOptions(type_order=("v100", "v100"))
