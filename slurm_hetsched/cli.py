@@ -242,6 +242,19 @@ def _add_simulate(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         action="store_true",
         help="count nodes with no busy GPU as powered off (default: idle power)",
     )
+    p.add_argument(
+        "--queue",
+        choices=("per_type", "global"),
+        default="per_type",
+        help="round mechanism: one queue per GPU type, fastest type first (Gavel's code; "
+        "default), or one global queue by priority (docs/mechanism.md)",
+    )
+    p.add_argument(
+        "--no-work-conservation",
+        action="store_true",
+        help="leave GPUs the allocation does not use idle instead of filling them with jobs "
+        "that can run there (FIFO and cost policies never fill)",
+    )
     p.add_argument("--seed", type=int, default=0, help="seed of random policies (default: 0)")
     p.add_argument("--throughputs", type=Path, metavar="FILE", help="throughput table file")
     p.add_argument(
@@ -258,6 +271,7 @@ def _add_simulate(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
 
 
 def _run_simulate(args: argparse.Namespace) -> int:
+    from slurm_hetsched.core.mechanism import RoundOptions
     from slurm_hetsched.sim.command import SimulateRequest, run_simulate
     from slurm_hetsched.sim.run import SimSettings
 
@@ -279,6 +293,9 @@ def _run_simulate(args: argparse.Namespace) -> int:
             min_reset_interval_s=_non_negative(args.reset_interval, "--reset-interval"),
             idle_nodes_on=not args.power_down_idle_nodes,
             seed=args.seed,
+            round_options=RoundOptions(
+                queue=args.queue, work_conserving=not args.no_work_conservation
+            ),
         ),
         throughputs=args.throughputs,
         policy_options=_options(args.policy_option),

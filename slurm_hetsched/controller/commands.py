@@ -31,8 +31,7 @@ def service_settings(config: ControllerConfig) -> ServiceSettings:
         policy=config.policy,
         policy_options=dict(config.policy_options),
         site=config.site_data(),
-        round_s=config.round_s,
-        min_reset_interval_s=config.min_reset_interval_s,
+        tick=config.tick_settings(),
         store_path=config.store,
         lock_path=config.lock_path,
         enact=EnactSettings(
@@ -100,7 +99,7 @@ def run_controller(
         logger.info(
             "controller started: policy=%s round_s=%g store=%s state_root=%s",
             settings.policy,
-            settings.round_s,
+            settings.tick.round_s,
             settings.store_path,
             config.state_root,
         )

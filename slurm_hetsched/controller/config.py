@@ -19,6 +19,8 @@ from pathlib import Path
 from typing import Any
 
 from slurm_hetsched import data_files
+from slurm_hetsched.controller.tick import TickSettings
+from slurm_hetsched.core.mechanism import QUEUES, RoundOptions
 from slurm_hetsched.core.policies import get_policy
 from slurm_hetsched.core.problem import SiteData
 from slurm_hetsched.errors import ConfigError as _BaseConfigError
@@ -38,6 +40,8 @@ class ControllerConfig:
     policy: str = "max_min_fairness_perf"
     policy_options: Mapping[str, str] = field(default_factory=dict)
     min_reset_interval_s: float = 1920.0
+    round_queue: str = "per_type"
+    work_conserving: bool = True
     store: Path = Path("/var/lib/hetsched/rounds.sqlite")
     lock: Path | None = None  # default: the store's path + ".lock"
     state_root: Path = Path("/var/lib/hetsched/state")
@@ -83,6 +87,16 @@ class ControllerConfig:
         except (HetschedError, OSError, ValueError) as exc:
             raise ConfigError(f"site.throughputs / site.gpu_types: {exc}") from exc
         return SiteData(table, gpu_types, data_files.shipped_site_energy())
+
+    def tick_settings(self) -> TickSettings:
+        """How the rounds run: the settings the tick (and a replay of its rounds) uses."""
+        return TickSettings(
+            round_s=self.round_s,
+            min_reset_interval_s=self.min_reset_interval_s,
+            round_options=RoundOptions(
+                queue=self.round_queue, work_conserving=self.work_conserving
+            ),
+        )
 
     def replace(self, **changes: Any) -> ControllerConfig:
         return dataclasses.replace(self, **changes)
@@ -138,6 +152,12 @@ def _signal_name(value: Any, base: Path) -> str:
     return name
 
 
+def _queue(value: Any, base: Path) -> str:
+    if value not in QUEUES:
+        raise ValueError(f"expected one of {', '.join(QUEUES)}, got {value!r}")
+    return str(value)
+
+
 def _log_level(value: Any, base: Path) -> str:
     level = _text(value, base).lower()
     if level not in ("debug", "info", "warning", "error"):
@@ -165,6 +185,8 @@ _KEYS: dict[str, dict[str, tuple[str, _Parser]]] = {
         "policy": ("policy", _text),
         "policy_options": ("policy_options", _string_table),
         "min_reset_interval_s": ("min_reset_interval_s", _number(0, strict=False)),
+        "round_queue": ("round_queue", _queue),
+        "work_conserving": ("work_conserving", _flag),
         "store": ("store", _path),
         "lock": ("lock", _path),
         "state_root": ("state_root", _path),

@@ -50,8 +50,7 @@ class ServiceSettings:
     policy: str
     policy_options: dict[str, Any]
     site: SiteData
-    round_s: float
-    min_reset_interval_s: float
+    tick: TickSettings
     store_path: Path
     lock_path: Path
     enact: EnactSettings
@@ -101,9 +100,7 @@ class Controller:
             settings.site,
             backend,
             self._memory if self._memory is not None else self.store,
-            TickSettings(
-                round_s=settings.round_s, min_reset_interval_s=settings.min_reset_interval_s
-            ),
+            settings.tick,
         )
         self._stop = threading.Event()
         self._needs_reconcile = False
@@ -181,7 +178,7 @@ class Controller:
                 on_round(summary)
             if once:
                 break
-            self._stop.wait(max(0.0, began + self.settings.round_s - time.monotonic()))
+            self._stop.wait(max(0.0, began + self.settings.tick.round_s - time.monotonic()))
 
     def stop(self) -> None:
         self._stop.set()
@@ -194,7 +191,7 @@ class Controller:
                 done = reconcile(self.store, self.slurm)
             except SlurmError as exc:
                 logger.warning("cannot reconcile with Slurm yet (%s); retrying", exc)
-                self._stop.wait(min(30.0, self.settings.round_s))
+                self._stop.wait(min(30.0, self.settings.tick.round_s))
                 continue
             if done.interrupted:
                 logger.warning(

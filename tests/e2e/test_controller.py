@@ -20,7 +20,6 @@ from slurm_hetsched.controller.commands import service_settings
 from slurm_hetsched.controller.config import load_config
 from slurm_hetsched.controller.enact import SlurmEnactor
 from slurm_hetsched.controller.live import SlurmCluster
-from slurm_hetsched.controller.tick import TickSettings
 from slurm_hetsched.core.model import GpuSlice, Placement, RoundPlan
 from slurm_hetsched.core.policies import get_policy
 from slurm_hetsched.sim.replay import replay
@@ -152,7 +151,7 @@ def test_time_on_v100_follows_the_allocation(
         records,
         get_policy(policy),
         config.site_data(),
-        TickSettings(round_s=config.round_s, min_reset_interval_s=config.min_reset_interval_s),
+        config.tick_settings(),
     )
     for recorded, replayed in pairs:
         assert replayed == recorded

@@ -334,3 +334,17 @@ def test_rounds_last_must_be_positive(tmp_path: Path, capsys: pytest.CaptureFixt
     path = write(tmp_path, "[controller]\nround_s = 30\n")
     assert main(["rounds", "--config", str(path), "--last", "0"]) == 1
     assert "--last must be >= 1" in capsys.readouterr().err
+
+
+def test_round_mechanism_keys_reach_the_tick(tmp_path: Path) -> None:
+    path = tmp_path / "h.toml"
+    path.write_text('[controller]\nround_queue = "global"\nwork_conserving = false\nround_s = 30\n')
+    tick = load_config(path).tick_settings()
+    assert (tick.round_s, tick.round_options.queue, tick.round_options.work_conserving) == (
+        30.0,
+        "global",
+        False,
+    )
+    path.write_text('[controller]\nround_queue = "fastest"\n')
+    with pytest.raises(ConfigError, match=r"controller\.round_queue.*per_type, global"):
+        load_config(path)
