@@ -141,7 +141,7 @@ def show_status(config: ControllerConfig, *, out: TextIO) -> int:
         config.site_data().table,
         ObserveSettings(state_root=config.state_root, partition=config.partition),
     )
-    view = cluster.read_view()
+    view = cluster.read_view(last)
     print("NODE      STATE        GPUS                 IN USE (not managed)", file=out)
     for node, snap in zip(view.nodes, view.snapshot.nodes, strict=True):
         gpus = ",".join(f"{t}:{n}" for t, n in sorted(node.gpus.items())) or "-"

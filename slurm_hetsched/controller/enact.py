@@ -398,20 +398,10 @@ class SlurmEnactor:
 
     def _hold_pending(self, round_: int, job: ManagedJob, out: EnactOutcome) -> bool:
         """Hold a released pending job before retargeting it. Slurm may start it in between
-        (it was released onto an older target): then it runs, and a later round moves it."""
-        action = self.journal.begin_action(round_, job.key, job.slurm_id, "hold", {})
-        try:
-            self.slurm.hold(job.slurm_id)
-        except InvalidRequestError as exc:
-            self.journal.finish_action(action, False, f"started meanwhile: {exc}")
-            logger.info("job %s (%s) started before it could be held", job.key, job.slurm_id)
-            return False
-        except SlurmError as exc:
-            self.journal.finish_action(action, False, str(exc))
-            out.failed.setdefault(job.key, f"hold failed: {exc}")
-            return False
-        self._finish(action, True, "", "hold")
-        return True
+        (it was released onto an older target): then it runs, a later round moves it, and the
+        refusal is no failure."""
+        hold = partial(self.slurm.hold, job.slurm_id)
+        return self._step(round_, job, "hold", {}, hold, out, benign=(InvalidRequestError,))
 
     def _resubmit(self, round_: int, job: ManagedJob, target: Placement, out: EnactOutcome) -> bool:
         """Re-submit the job as a heterogeneous job with one component per GPU slice."""
@@ -502,13 +492,16 @@ class SlurmEnactor:
         out: EnactOutcome,
         *,
         quiet: bool = False,
+        benign: tuple[type[Exception], ...] = (),
     ) -> bool:
-        """Record, take and record the outcome of one action; False (and reported) if it failed."""
+        """Record, take and record the outcome of one action; False if it failed, and
+        reported as the job's failure unless `quiet` or the error is one of `benign`."""
         action_id = self.journal.begin_action(round_, job.key, job.slurm_id, kind, detail)
         try:
             action()
         except (HetschedError, OSError, ValueError) as exc:
             self.journal.finish_action(action_id, False, str(exc))
+            quiet = quiet or isinstance(exc, benign)
             if not quiet:
                 out.failed.setdefault(job.key, f"{kind} failed: {exc}")
             log = logger.debug if quiet else logger.warning

@@ -193,7 +193,13 @@ def build_view(
             if report is not None:
                 reports[key] = report
 
-    snapshot_nodes = tuple(_snapshot_node(node, managed.values(), profiled) for node in nodes)
+    # GPUs managed jobs hold per node, summed once (not once per node).
+    ours: dict[str, int] = {}
+    for job in managed.values():
+        if job.state is not JobState.COMPLETING:
+            for name, count in job.gpus_by_node().items():
+                ours[name] = ours.get(name, 0) + count
+    snapshot_nodes = tuple(_snapshot_node(node, ours.get(node.name, 0), profiled) for node in nodes)
     snapshot_jobs = tuple(
         _model_job(
             job,
@@ -290,16 +296,10 @@ def _managed_job(
     return ManagedJob(key=key, spec=spec, components=tuple(group), num_gpus=num_gpus)
 
 
-def _snapshot_node(node: SlurmNode, managed: Iterable[ManagedJob], profiled: set[str]) -> Node:
+def _snapshot_node(node: SlurmNode, ours: int, profiled: set[str]) -> Node:
     """The node with only the GPUs of unmanaged jobs (and managed jobs in COMPLETING) in use,
-    and only the GPU types the throughput table knows."""
-    ours = sum(
-        count
-        for job in managed
-        if job.state is not JobState.COMPLETING
-        for name, count in job.gpus_by_node().items()
-        if name == node.name
-    )
+    and only the GPU types the throughput table knows; `ours`: GPUs managed jobs (not
+    COMPLETING) hold on it."""
     in_use: dict[str, int] = {}
     gpus = {t: n for t, n in node.gpus.items() if t in profiled}
     for gpu_type in sorted(gpus):

@@ -93,15 +93,15 @@ class SlurmCluster:
 
     # -- observe -------------------------------------------------------------------------------
 
-    def read_view(self) -> SlurmView:
-        """Slurm now, in the controller's terms (raises SlurmUnavailableError)."""
+    def read_view(self, last: RoundRecord | None) -> SlurmView:
+        """Slurm now, in the controller's terms, remembering from `last` (the last round)
+        arrivals and measured rates (raises SlurmUnavailableError)."""
         try:
             jobs = self.slurm.list_jobs()
             nodes = self.slurm.list_nodes()
         except SlurmError as exc:
             raise SlurmUnavailableError(f"cannot read Slurm's queue and nodes: {exc}") from exc
         now_s = self.clock()
-        last = self.last_record()
         arrivals: dict[str, float] = {}
         measured: dict[str, Mapping[str, float]] = {}
         if last is not None and last.snapshot is not None:
@@ -121,7 +121,8 @@ class SlurmCluster:
         )
 
     def observe(self) -> Observation:
-        view = self.read_view()
+        last = self.last_record()
+        view = self.read_view(last)
         self.view = view
         if view.unprofiled_gpu_types != self._unprofiled:
             self._unprofiled = view.unprofiled_gpu_types
@@ -131,7 +132,6 @@ class SlurmCluster:
                     "Slurm; add them to the site's throughput file to schedule on them",
                     ", ".join(view.unprofiled_gpu_types),
                 )
-        last = self.last_record()
         ran_s: dict[str, float] = {}
         finished: tuple[str, ...] = ()
         if last is not None:

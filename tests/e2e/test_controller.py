@@ -388,7 +388,7 @@ def test_cross_type_placement_resubmits_under_the_same_key(
             settings.site.table,
             settings.observe,
         )
-        view = cluster.read_view()
+        view = cluster.read_view(store.load())
         target = Placement(old, (GpuSlice("n1", "v100", 1), GpuSlice("n2", "p100", 1)))
         report, outcome = cluster.enactor.enact(view, RoundPlan(round=99, move={old: target}))
     finally:
