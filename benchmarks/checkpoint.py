@@ -37,6 +37,7 @@ import torch
 
 from slurm_hetsched.wrapper import CheckpointReader, CheckpointStore, CheckpointWriter, JobSession
 from slurm_hetsched.wrapper.env import JobEnvironment
+from slurm_hetsched.wrapper.files import state_folder
 from slurm_hetsched.wrapper.progress import read_ack, read_progress
 from slurm_hetsched.wrapper.session import Terminated
 
@@ -299,7 +300,7 @@ def cluster_moves(folder: Path) -> list[list[str]] | None:
             )
         ],
     )
-    state = root / job
+    state = state_folder(root, os.geteuid(), job)
 
     def wait(probe: Callable[[], Any], what: str, timeout_s: float = 90) -> Any:
         deadline = time.monotonic() + timeout_s
@@ -312,7 +313,7 @@ def cluster_moves(folder: Path) -> list[list[str]] | None:
 
     def place(gpu_type: str, node: str, round_: int) -> None:
         backend.retarget(job, gpu_type, 1, node)
-        state.mkdir(mode=0o700, exist_ok=True)
+        state.mkdir(mode=0o700, parents=True, exist_ok=True)
         write_placement(state, Placement(gpu_type, 1, (node,), round_))
         backend.release(job)
 

@@ -32,18 +32,24 @@
  *    submission. HETSCHED_JOB_KEY of the submitting environment is passed
  *    to the job prolog through the job control environment.
  *  - slurmstepd (remote): exports HETSCHED_SIGNAL, HETSCHED_STATE_ROOT,
- *    HETSCHED_STATE_DIR (= <root>/<job key>) and HETSCHED_LEASE_TIMEOUT_S,
- *    and creates the state folder as the job's user if it is missing.
- *  - job prolog (slurmd, as root): creates <root>/<job key> owned by the
- *    job's user, mode 0700, if the root exists and the user may write it.
+ *    HETSCHED_STATE_DIR (= <root>/<uid>/<job key>) and
+ *    HETSCHED_LEASE_TIMEOUT_S, and creates the state folder as the job's
+ *    user if it is missing.
+ *  - job prolog (slurmd, as root): creates <root>/<uid> for the job's user
+ *    (mode 0700) and, as the user, <root>/<uid>/<job key>. The root is made
+ *    by the admin and only root may write it, so no user can make another
+ *    user's folder first; a root others may write is refused.
  *
  *  It fails soft: on the nodes every problem is logged and the callback
  *  returns success, so a scheduler-side problem never kills training or
  *  drains a node. List it as `optional` in plugstack.conf.
 \*****************************************************************************/
 
+#define _GNU_SOURCE	/* O_PATH */
+
 #include <ctype.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <grp.h>
 #include <pwd.h>
 #include <signal.h>
@@ -65,7 +71,13 @@
 SPANK_PLUGIN(hetsched, 1);
 
 #define HETSCHED_ROOT_MAX 1024	/* longest state root, with its NUL */
-#define HETSCHED_KEY_MAX 128	/* longest job key, with its NUL */
+#define HETSCHED_KEY_MAX 65	/* longest job key (64), with its NUL */
+/* <root>/<uid>/<key>, with its NUL */
+#define HETSCHED_DIR_MAX (HETSCHED_ROOT_MAX + 16 + HETSCHED_KEY_MAX)
+/* a message that names the state root up to three times */
+#define HETSCHED_ERR_MAX (3 * HETSCHED_ROOT_MAX + 512)
+#define HETSCHED_KEY_RULE \
+	"1 to 64 letters, digits, . _ - +, not starting with a dot"
 #define HETSCHED_LEASE_MAX 604800	/* one week, in seconds */
 #define HETSCHED_SIG_MAX 31	/* standard signals; no real-time ones */
 #define HETSCHED_MAX_GROUPS 1024
@@ -82,6 +94,14 @@ static char _state_root[HETSCHED_ROOT_MAX] = "";
 static char _lease[16] = "";
 /* Which options the option callback set (index: option val). */
 static int _given[OPT_LEASE + 1];
+/*
+ * slurmstepd: what slurm_spank_init_post_opt decided for the step, for
+ * slurm_spank_user_init. The job key and HETSCHED_STATE_DIR when it was
+ * set, else why the state folder is refused ("" when it is not).
+ */
+static char _key[HETSCHED_KEY_MAX] = "";
+static char _state_dir[HETSCHED_DIR_MAX] = "";
+static char _refusal[HETSCHED_ERR_MAX] = "";
 
 static int _opt_cb(int val, const char *optarg, int remote);
 
@@ -93,7 +113,8 @@ static struct spank_option _options[] = {
 	  1, OPT_SIGNAL, _opt_cb },
 	{ "hetsched-state-dir", "DIR",
 	  "slurm-hetsched state root, an absolute path; the job's state "
-	  "folder is DIR/<job key> (HETSCHED_STATE_ROOT, HETSCHED_STATE_DIR)",
+	  "folder is DIR/<uid>/<job key> (HETSCHED_STATE_ROOT, "
+	  "HETSCHED_STATE_DIR)",
 	  1, OPT_STATE_DIR, _opt_cb },
 	{ "hetsched-lease", "SECONDS",
 	  "slurm-hetsched: how long a paused job waits for its move before "
@@ -348,8 +369,8 @@ static void _parse_args(int ac, char **av)
 }
 
 /*
- * A job key names one folder under the state root: letters, digits and
- * . _ - + only, not starting with a dot (so never "." or "..").
+ * A job key names one folder under <root>/<uid>: 1 to 64 letters, digits
+ * and . _ - +, not starting with a dot (so never "." or "..").
  */
 static int _valid_key(const char *key)
 {
@@ -366,12 +387,28 @@ static int _valid_key(const char *key)
 }
 
 /*
- * Create path (mode 0700) as uid/gid. When we run as root the mkdir
- * happens in a child that has become the user, so the folder is the
- * user's, and a root the user may not write stays untouched. An existing
- * folder is never changed; it is only checked.
+ * mkdir dirfd/name with mode 0700, whatever the umask. Returns 0 or an
+ * errno. Only system calls: it also runs in a forked child. The chmod
+ * would follow a link swapped in after the mkdir, but only the owner of
+ * dirfd's folder, the user we run as, could swap one in.
  */
-static void _make_state_dir(const char *path, uid_t uid, gid_t gid)
+static int _mkdir_0700(int dirfd, const char *name)
+{
+	if (mkdirat(dirfd, name, 0700))
+		return errno;
+	if (fchmodat(dirfd, name, 0700, 0))
+		return errno;
+	return 0;
+}
+
+/*
+ * Create the folder key (mode 0700) as uid/gid under dirfd, the open
+ * <root>/<uid>; dir is its path, for messages. When we run as root the
+ * mkdir happens in a child that has become the user, so the folder is the
+ * user's. An existing folder is never changed; it is only checked.
+ */
+static void _make_state_dir(int dirfd, const char *dir, const char *key,
+			    uid_t uid, gid_t gid)
 {
 	gid_t groups[HETSCHED_MAX_GROUPS];
 	int ngroups = HETSCHED_MAX_GROUPS;
@@ -380,9 +417,7 @@ static void _make_state_dir(const char *path, uid_t uid, gid_t gid)
 	int status = 0, rc;
 
 	if (geteuid() == uid) {
-		rc = mkdir(path, 0700) ? errno : 0;
-		if (!rc && chmod(path, 0700))
-			rc = errno;
+		rc = _mkdir_0700(dirfd, key);
 	} else if (geteuid() == 0) {
 		struct passwd pw, *result = NULL;
 		char buf[4096];
@@ -397,7 +432,7 @@ static void _make_state_dir(const char *path, uid_t uid, gid_t gid)
 		pid = fork();
 		if (pid < 0) {
 			slurm_error("hetsched: cannot create %s: fork: %s",
-				    path, strerror(errno));
+				    dir, strerror(errno));
 			return;
 		}
 		if (pid == 0) {
@@ -406,11 +441,7 @@ static void _make_state_dir(const char *path, uid_t uid, gid_t gid)
 			if (setgroups((size_t) ngroups, groups) ||
 			    setgid(gid) || setuid(uid))
 				_exit(errno ? errno : EPERM);
-			if (mkdir(path, 0700))
-				_exit(errno);
-			if (chmod(path, 0700))
-				_exit(errno);
-			_exit(0);
+			_exit(_mkdir_0700(dirfd, key));
 		}
 		while ((rc = waitpid(pid, &status, 0)) < 0) {
 			if (errno != EINTR)
@@ -425,36 +456,196 @@ static void _make_state_dir(const char *path, uid_t uid, gid_t gid)
 	} else {
 		slurm_error("hetsched: not creating %s: running as uid %u, "
 			    "not as the job's user %u or root",
-			    path, (unsigned) geteuid(), (unsigned) uid);
+			    dir, (unsigned) geteuid(), (unsigned) uid);
 		return;
 	}
 
 	if (!rc) {
 		slurm_info("hetsched: created state folder %s (uid %u, 0700)",
-			   path, (unsigned) uid);
+			   dir, (unsigned) uid);
 		return;
 	}
 	if (rc != EEXIST) {
 		slurm_error("hetsched: cannot create state folder %s as uid "
 			    "%u: %s (the job's wrapper will try again)",
-			    path, (unsigned) uid, strerror(rc));
+			    dir, (unsigned) uid, strerror(rc));
 		return;
 	}
-	if (lstat(path, &st)) {
-		slurm_error("hetsched: state folder %s: %s", path,
+	if (fstatat(dirfd, key, &st, AT_SYMLINK_NOFOLLOW)) {
+		slurm_error("hetsched: state folder %s: %s", dir,
 			    strerror(errno));
 	} else if (!S_ISDIR(st.st_mode)) {
 		slurm_error("hetsched: %s exists and is not a folder; "
-			    "leaving it alone", path);
+			    "leaving it alone", dir);
 	} else if (st.st_uid != uid) {
 		slurm_error("hetsched: state folder %s belongs to uid %u, not "
 			    "to the job's user %u; leaving it alone",
-			    path, (unsigned) st.st_uid, (unsigned) uid);
+			    dir, (unsigned) st.st_uid, (unsigned) uid);
 	} else if (st.st_mode & 077) {
 		slurm_info("hetsched: state folder %s has mode %04o; "
 			   "leaving it as the user set it",
-			   path, (unsigned) (st.st_mode & 07777));
+			   dir, (unsigned) (st.st_mode & 07777));
 	}
+}
+
+/*
+ * Open the state root without following a link at its end. Refused: one
+ * that is not a folder; one that others than its owner may write (they
+ * could make another user's <uid> folder before root does, and plant
+ * files in it); one that belongs neither to root nor to the user we run
+ * as. So it must be root's, except where the plugin itself does not run
+ * as root (a test cluster of one user): there that user's root is fine.
+ * Returns an O_PATH descriptor (search permission is enough, the root is
+ * 0711), -ENOENT if it does not exist, -1 if it is refused or cannot be
+ * opened; with a reason in err for both.
+ */
+static int _open_root(const char *root, char *err, size_t errlen)
+{
+	struct stat st;
+	int fd, rc;
+
+	fd = open(root, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	if (fd < 0) {
+		rc = errno;
+		if (rc == ENOENT) {
+			snprintf(err, errlen, "state root %s does not exist",
+				 root);
+			return -ENOENT;
+		}
+		if (!lstat(root, &st) && S_ISLNK(st.st_mode))
+			snprintf(err, errlen,
+				 "state root %s is a symbolic link (give the "
+				 "real path)", root);
+		else if (rc == ENOTDIR)
+			snprintf(err, errlen, "state root %s is not a folder",
+				 root);
+		else
+			snprintf(err, errlen, "cannot open state root %s: %s",
+				 root, strerror(rc));
+		return -1;
+	}
+	if (fstat(fd, &st)) {
+		snprintf(err, errlen, "state root %s: %s", root,
+			 strerror(errno));
+	} else if (st.st_mode & (S_IWGRP | S_IWOTH)) {
+		snprintf(err, errlen,
+			 "state root %s has mode %04o: other users could make "
+			 "a user's folder in it first; make it root's, mode "
+			 "0711: chown root: %s; chmod 0711 %s (docs/security.md)",
+			 root, (unsigned) (st.st_mode & 07777), root, root);
+	} else if (st.st_uid && (st.st_uid != geteuid())) {
+		snprintf(err, errlen,
+			 "state root %s belongs to uid %u, not to root; make "
+			 "it root's, mode 0711: chown root: %s; chmod 0711 %s "
+			 "(docs/security.md)",
+			 root, (unsigned) st.st_uid, root, root);
+	} else {
+		return fd;
+	}
+	close(fd);
+	return -1;
+}
+
+/*
+ * Open <root>/<uid>, the job user's folder, under rootfd without following
+ * links. With create (the job prolog, as root) it is made if missing and
+ * handed to the user: owner uid:gid, mode 0700. Only root can make entries
+ * in the root (_open_root), so a folder of root's found there was made by
+ * root (the prolog of another job of this user that has not handed it
+ * over yet, the controller, the admin) and is handed over too. Refused:
+ * a folder of anyone else (a squat from before the root was locked down),
+ * a link, anything that is not a folder.
+ * Returns a descriptor (read-only with create, else O_PATH), -ENOENT if it
+ * does not exist, -1 if it is refused or on error; with a reason in err
+ * for both.
+ */
+static int _open_user_dir(int rootfd, const char *root, uid_t uid, gid_t gid,
+			  int create, char *err, size_t errlen)
+{
+	char name[16], path[HETSCHED_ROOT_MAX + 16];
+	struct stat st;
+	int fd, rc, made = 0;
+
+	snprintf(name, sizeof(name), "%u", (unsigned) uid);
+	snprintf(path, sizeof(path), "%s/%s", strcmp(root, "/") ? root : "",
+		 name);
+	if (create) {
+		if (!mkdirat(rootfd, name, 0700))
+			made = 1;
+		else if (errno != EEXIST) {
+			snprintf(err, errlen, "cannot create %s: %s", path,
+				 strerror(errno));
+			return -1;
+		}
+	}
+	fd = openat(rootfd, name, (create ? O_RDONLY : O_PATH) | O_DIRECTORY |
+		    O_NOFOLLOW | O_CLOEXEC);
+	if (fd < 0) {
+		rc = errno;
+		if (rc == ENOENT) {
+			snprintf(err, errlen, "%s does not exist (root makes "
+				 "it: the job prolog or the controller)", path);
+			return -ENOENT;
+		}
+		if (!fstatat(rootfd, name, &st, AT_SYMLINK_NOFOLLOW) &&
+		    S_ISLNK(st.st_mode))
+			snprintf(err, errlen, "%s is a symbolic link; not "
+				 "following it", path);
+		else if (rc == ENOTDIR)
+			snprintf(err, errlen, "%s is not a folder", path);
+		else
+			snprintf(err, errlen, "cannot open %s: %s", path,
+				 strerror(rc));
+		return -1;
+	}
+	if (fstat(fd, &st)) {
+		snprintf(err, errlen, "%s: %s", path, strerror(errno));
+		close(fd);
+		return -1;
+	}
+	if ((st.st_uid != uid) && (!create || (st.st_uid != geteuid()))) {
+		snprintf(err, errlen, "%s belongs to uid %u, not to the job's "
+			 "user %u; not using it", path, (unsigned) st.st_uid,
+			 (unsigned) uid);
+		close(fd);
+		return -1;
+	}
+	if (made || (st.st_uid != uid)) {
+		if (fchown(fd, uid, gid) || fchmod(fd, 0700)) {
+			snprintf(err, errlen, "cannot give %s to uid %u: %s",
+				 path, (unsigned) uid, strerror(errno));
+			close(fd);
+			return -1;
+		}
+		slurm_info("hetsched: %s %s for uid %u (0700)",
+			   made ? "created" : "handed over", path,
+			   (unsigned) uid);
+	}
+	return fd;
+}
+
+/*
+ * Whether the state folder of uid must not be used because the root or
+ * <root>/<uid> is refused (_open_root, _open_user_dir). Missing ones are
+ * not refused: the wrapper reports them. Returns 1 with the reason in
+ * err, else 0 with err empty.
+ */
+static int _refused(uid_t uid, char *err, size_t errlen)
+{
+	int rootfd, fd = -ENOENT;
+
+	rootfd = _open_root(_state_root, err, errlen);
+	if (rootfd >= 0) {
+		fd = _open_user_dir(rootfd, _state_root, uid, 0, 0, err,
+				    errlen);
+		close(rootfd);
+		if (fd >= 0)
+			close(fd);
+	}
+	if ((rootfd == -1) || (fd == -1))
+		return 1;
+	err[0] = '\0';
+	return 0;
 }
 
 /*
@@ -465,16 +656,24 @@ static void _make_state_dir(const char *path, uid_t uid, gid_t gid)
  */
 static int _remote_key(spank_t sp, char *key, size_t keylen)
 {
+	char value[HETSCHED_ROOT_MAX];
 	uint32_t job_id = 0;
+	spank_err_t rc;
 
-	if (spank_getenv(sp, "HETSCHED_JOB_KEY", key, (int) keylen) ==
-	    ESPANK_SUCCESS) {
-		if (_valid_key(key))
+	/* A buffer longer than a key: a too long one must not pass for
+	 * a missing one. */
+	rc = spank_getenv(sp, "HETSCHED_JOB_KEY", value, sizeof(value));
+	if ((rc == ESPANK_SUCCESS) || (rc == ESPANK_NOSPACE)) {
+		if ((rc == ESPANK_SUCCESS) && _valid_key(value)) {
+			snprintf(key, keylen, "%.*s", HETSCHED_KEY_MAX - 1,
+				 value);
 			return 0;
-		slurm_error("hetsched: HETSCHED_JOB_KEY '%.*s' is not a valid "
-			    "job key (letters, digits, . _ - +); not "
+		}
+		slurm_error("hetsched: HETSCHED_JOB_KEY '%.*s%s' is not a "
+			    "valid job key (" HETSCHED_KEY_RULE "); not "
 			    "setting HETSCHED_STATE_DIR",
-			    HETSCHED_KEY_MAX, key);
+			    HETSCHED_KEY_MAX - 1, value,
+			    (strlen(value) >= HETSCHED_KEY_MAX) ? "..." : "");
 		return -1;
 	}
 	if ((spank_getenv(sp, "SLURM_JOB_ID", key, (int) keylen) ==
@@ -506,9 +705,11 @@ static int _prolog_key(spank_t sp, char *key, size_t keylen)
 			snprintf(key, keylen, "%s", value);
 			return 0;
 		}
-		slurm_error("hetsched: HETSCHED_JOB_KEY '%.*s' is not a valid "
-			    "job key; not creating a state folder",
-			    HETSCHED_KEY_MAX, value);
+		slurm_error("hetsched: HETSCHED_JOB_KEY '%.*s%s' is not a "
+			    "valid job key (" HETSCHED_KEY_RULE "); not "
+			    "creating a state folder",
+			    HETSCHED_KEY_MAX - 1, value,
+			    (strlen(value) >= HETSCHED_KEY_MAX) ? "..." : "");
 		return -1;
 	}
 	value = getenv("SLURM_HET_JOB_ID");
@@ -524,15 +725,14 @@ static int _prolog_key(spank_t sp, char *key, size_t keylen)
 	return 0;
 }
 
-/* Join root and key; returns 0, or -1 if it does not fit. */
-static int _join(char *out, size_t outlen, const char *root, const char *key)
+/* <root>/<uid>/<key>; returns 0, or -1 if it does not fit. */
+static int _state_path(char *out, size_t outlen, const char *root, uid_t uid,
+		       const char *key)
 {
 	int n;
 
-	if (!strcmp(root, "/"))
-		n = snprintf(out, outlen, "/%s", key);
-	else
-		n = snprintf(out, outlen, "%s/%s", root, key);
+	n = snprintf(out, outlen, "%s/%u/%s", strcmp(root, "/") ? root : "",
+		     (unsigned) uid, key);
 	return ((n < 0) || ((size_t) n >= outlen)) ? -1 : 0;
 }
 
@@ -607,8 +807,9 @@ static void _options_from_job_env(spank_t sp)
 int slurm_spank_init_post_opt(spank_t sp, int ac, char **av)
 {
 	char key[HETSCHED_KEY_MAX];
-	char dir[HETSCHED_ROOT_MAX + HETSCHED_KEY_MAX];
+	char dir[HETSCHED_DIR_MAX];
 	const char *value;
+	uid_t uid;
 
 	(void) ac;
 	(void) av;
@@ -632,36 +833,51 @@ int slurm_spank_init_post_opt(spank_t sp, int ac, char **av)
 	_setenv(sp, "HETSCHED_STATE_ROOT", _state_root);
 	if (_remote_key(sp, key, sizeof(key)))
 		return ESPANK_SUCCESS;
-	if (_join(dir, sizeof(dir), _state_root, key)) {
+	if (spank_get_item(sp, S_JOB_UID, &uid) != ESPANK_SUCCESS) {
+		slurm_error("hetsched: no job uid; not setting "
+			    "HETSCHED_STATE_DIR");
+		return ESPANK_SUCCESS;
+	}
+	if (_state_path(dir, sizeof(dir), _state_root, uid, key)) {
 		slurm_error("hetsched: state folder path too long");
 		return ESPANK_SUCCESS;
 	}
+	if (_refused(uid, _refusal, sizeof(_refusal))) {
+		/* Nor one the job brought along: the plugin's option wins,
+		 * as it does when the folder is fine. slurm_spank_user_init
+		 * logs why, where the job's stderr shows it too. */
+		spank_unsetenv(sp, "HETSCHED_STATE_DIR");
+		return ESPANK_SUCCESS;
+	}
+	snprintf(_key, sizeof(_key), "%s", key);
+	snprintf(_state_dir, sizeof(_state_dir), "%s", dir);
 	_setenv(sp, "HETSCHED_STATE_DIR", dir);
 	return ESPANK_SUCCESS;
 }
 
 /*
  * The job prolog cannot see the job's environment: for a key given only
- * there (sbatch --export=ALL,HETSCHED_JOB_KEY=K) it made <root>/<job id>.
- * Remove that folder again if it is empty and the user's.
+ * there (sbatch --export=ALL,HETSCHED_JOB_KEY=K) it made
+ * <root>/<uid>/<job id>. Remove that folder again, under dirfd (the open
+ * <root>/<uid>), if it is empty and the user's.
  */
-static void _remove_prolog_guess(spank_t sp, const char *dir, uid_t uid)
+static void _remove_prolog_guess(spank_t sp, int dirfd, uid_t uid)
 {
 	char job_id[32];
-	char guess[HETSCHED_ROOT_MAX + HETSCHED_KEY_MAX];
+	char guess[HETSCHED_DIR_MAX];
 	struct stat st;
 
 	if ((spank_getenv(sp, "SLURM_SPANK_HETSCHED_JOB_KEY", job_id,
 			  sizeof(job_id)) != ESPANK_ENV_NOEXIST) ||
 	    (spank_getenv(sp, "SLURM_JOB_ID", job_id, sizeof(job_id)) !=
 	     ESPANK_SUCCESS) ||
-	    !_valid_key(job_id) ||
-	    _join(guess, sizeof(guess), _state_root, job_id) ||
-	    !strcmp(guess, dir))
+	    !_valid_key(job_id) || !strcmp(job_id, _key))
 		return;
-	if (lstat(guess, &st) || !S_ISDIR(st.st_mode) || (st.st_uid != uid))
+	if (fstatat(dirfd, job_id, &st, AT_SYMLINK_NOFOLLOW) ||
+	    !S_ISDIR(st.st_mode) || (st.st_uid != uid))
 		return;
-	if (!rmdir(guess))
+	if (!unlinkat(dirfd, job_id, AT_REMOVEDIR) &&
+	    !_state_path(guess, sizeof(guess), _state_root, uid, job_id))
 		slurm_info("hetsched: removed empty %s: the job's key is "
 			   "HETSCHED_JOB_KEY from its environment", guess);
 }
@@ -669,50 +885,66 @@ static void _remove_prolog_guess(spank_t sp, const char *dir, uid_t uid)
 /*
  * slurmstepd, after it has become the job's user: create the state folder
  * if the prolog did not (e.g. HETSCHED_JOB_KEY came only with --export).
+ * Only the last level, and only in a <root>/<uid> of the user's: that one
+ * is root's to make. Messages from here also reach the job's stderr, so
+ * this is where a refused state folder is reported to the user.
  */
 int slurm_spank_user_init(spank_t sp, int ac, char **av)
 {
-	char dir[HETSCHED_ROOT_MAX + HETSCHED_KEY_MAX];
+	char err[HETSCHED_ERR_MAX];
 	struct stat st;
+	int rootfd, fd;
 	uid_t uid;
 	gid_t gid;
 
 	(void) ac;
 	(void) av;
 
-	if (!_state_root[0] ||
-	    (spank_getenv(sp, "HETSCHED_STATE_DIR", dir, sizeof(dir)) !=
-	     ESPANK_SUCCESS))
+	if (_refusal[0]) {
+		slurm_error("hetsched: %s; not setting HETSCHED_STATE_DIR",
+			    _refusal);
+		return ESPANK_SUCCESS;
+	}
+	if (!_state_dir[0])
 		return ESPANK_SUCCESS;
 	if ((spank_get_item(sp, S_JOB_UID, &uid) != ESPANK_SUCCESS) ||
 	    (spank_get_item(sp, S_JOB_GID, &gid) != ESPANK_SUCCESS)) {
-		slurm_error("hetsched: no job uid/gid; not creating %s", dir);
+		slurm_error("hetsched: no job uid/gid; not creating %s",
+			    _state_dir);
 		return ESPANK_SUCCESS;
 	}
-	_remove_prolog_guess(sp, dir, uid);
-	if (!stat(dir, &st))
-		return ESPANK_SUCCESS;
-	if (stat(_state_root, &st) || !S_ISDIR(st.st_mode)) {
-		slurm_error("hetsched: state root %s is not a folder; not "
-			    "creating %s", _state_root, dir);
+	rootfd = _open_root(_state_root, err, sizeof(err));
+	if (rootfd < 0) {
+		slurm_error("hetsched: %s; not creating %s", err, _state_dir);
 		return ESPANK_SUCCESS;
 	}
-	_make_state_dir(dir, uid, gid);
+	fd = _open_user_dir(rootfd, _state_root, uid, gid, 0, err,
+			    sizeof(err));
+	close(rootfd);
+	if (fd < 0) {
+		slurm_error("hetsched: %s; not creating %s", err, _state_dir);
+		return ESPANK_SUCCESS;
+	}
+	_remove_prolog_guess(sp, fd, uid);
+	if (fstatat(fd, _key, &st, AT_SYMLINK_NOFOLLOW))
+		_make_state_dir(fd, _state_dir, _key, uid, gid);
+	close(fd);
 	return ESPANK_SUCCESS;
 }
 
 /*
- * Job prolog (slurmd, as root, once per job and node): create the job's
- * state folder owned by the job's user. Options come from the job control
- * environment, since no option callback runs here.
+ * Job prolog (slurmd, as root, once per job and node): make <root>/<uid>
+ * the job user's, then create the job's state folder in it as the user.
+ * Options come from the job control environment, since no option callback
+ * runs here.
  */
 int slurm_spank_job_prolog(spank_t sp, int ac, char **av)
 {
 	char key[HETSCHED_KEY_MAX];
-	char dir[HETSCHED_ROOT_MAX + HETSCHED_KEY_MAX];
-	char err[256];
+	char dir[HETSCHED_DIR_MAX];
+	char err[HETSCHED_ERR_MAX];
 	char *value = NULL;
-	struct stat st;
+	int rootfd, fd;
 	uid_t uid;
 	gid_t gid;
 
@@ -732,18 +964,25 @@ int slurm_spank_job_prolog(spank_t sp, int ac, char **av)
 		slurm_error("hetsched: no job uid/gid in the job prolog");
 		return ESPANK_SUCCESS;
 	}
-	if (stat(_state_root, &st) || !S_ISDIR(st.st_mode)) {
-		slurm_error("hetsched: state root %s is not an existing "
-			    "folder; not creating the job's state folder",
-			    _state_root);
-		return ESPANK_SUCCESS;
-	}
 	if (_prolog_key(sp, key, sizeof(key)))
 		return ESPANK_SUCCESS;
-	if (_join(dir, sizeof(dir), _state_root, key)) {
+	if (_state_path(dir, sizeof(dir), _state_root, uid, key)) {
 		slurm_error("hetsched: state folder path too long");
 		return ESPANK_SUCCESS;
 	}
-	_make_state_dir(dir, uid, gid);
+	rootfd = _open_root(_state_root, err, sizeof(err));
+	if (rootfd < 0) {
+		slurm_error("hetsched: %s; not creating %s", err, dir);
+		return ESPANK_SUCCESS;
+	}
+	fd = _open_user_dir(rootfd, _state_root, uid, gid, 1, err,
+			    sizeof(err));
+	close(rootfd);
+	if (fd < 0) {
+		slurm_error("hetsched: %s; not creating %s", err, dir);
+		return ESPANK_SUCCESS;
+	}
+	_make_state_dir(fd, dir, key, uid, gid);
+	close(fd);
 	return ESPANK_SUCCESS;
 }

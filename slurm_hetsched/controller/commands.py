@@ -11,7 +11,7 @@ from typing import TextIO
 from slurm_hetsched.controller.admin_comment import describe_share, describe_target
 from slurm_hetsched.controller.config import ConfigError, ControllerConfig
 from slurm_hetsched.controller.enact import EnactSettings
-from slurm_hetsched.controller.live import ObserveSettings, SlurmCluster
+from slurm_hetsched.controller.live import ObserveSettings, ReadOnlyRegistry, SlurmCluster
 from slurm_hetsched.controller.service import (
     Controller,
     RoundSummary,
@@ -46,6 +46,7 @@ def service_settings(config: ControllerConfig) -> ServiceSettings:
             partition=config.partition,
             progress_max_age_s=config.progress_max_age_s,
             release_rejected=config.release_rejected,
+            key_release_s=config.key_release_s,
         ),
         cli=_cli(config),
     )
@@ -139,7 +140,12 @@ def show_status(config: ControllerConfig, *, out: TextIO) -> int:
         None,  # type: ignore[arg-type]
         lambda: last,
         config.site_data().table,
-        ObserveSettings(state_root=config.state_root, partition=config.partition),
+        ObserveSettings(
+            state_root=config.state_root,
+            partition=config.partition,
+            key_release_s=config.key_release_s,
+        ),
+        registry=ReadOnlyRegistry(store),
     )
     view = cluster.read_view(last)
     print("NODE      STATE        GPUS                 IN USE (not managed)", file=out)

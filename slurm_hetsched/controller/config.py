@@ -49,6 +49,7 @@ class ControllerConfig:
     requeue_timeout_s: float = 120.0
     checkpoint_signal: str = "USR2"
     release_rejected: bool = True
+    key_release_s: float = 86_400.0
     log_level: str = "info"
     resubmit_environment: Mapping[str, str] = field(default_factory=dict)
     # [slurm]
@@ -194,6 +195,7 @@ _KEYS: dict[str, dict[str, tuple[str, _Parser]]] = {
         "requeue_timeout_s": ("requeue_timeout_s", _number(0, strict=True)),
         "checkpoint_signal": ("checkpoint_signal", _signal_name),
         "release_rejected": ("release_rejected", _flag),
+        "key_release_s": ("key_release_s", _number(0, strict=False)),
         "log_level": ("log_level", _log_level),
         "resubmit_environment": ("resubmit_environment", _string_table),
     },

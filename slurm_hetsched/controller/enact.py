@@ -14,8 +14,10 @@ A move, in order, each step written to the journal before it is taken:
    StartTime=now. A placement spanning GPU types or nodes re-submits the job as a
    heterogeneous job under the same key (`sbatch --uid`), then cancels the old one.
 
-A failed step is recorded and reported for that job only; a job whose placement failed after
-it was held is released unchanged, so a failed round never leaves a job held.
+A failed step is recorded and reported for that job only, and the other jobs' actions go on:
+a job whose placement failed after it was held is released unchanged, so a failed round never
+leaves a job held; a job that was signalled but cannot be requeued gets a resume request, so
+it trains on at once instead of waiting, paused, for its lease to run out.
 """
 
 from __future__ import annotations
@@ -33,10 +35,13 @@ from typing import Any, Protocol
 
 from slurm_hetsched.controller.jobview import ManagedJob, SlurmView
 from slurm_hetsched.controller.statefiles import (
-    job_folder,
+    CheckedAck,
+    JobFolder,
+    StateFolderError,
     read_ack,
     write_checkpoint_request,
     write_placement,
+    write_resume_request,
 )
 from slurm_hetsched.core.model import Placement, RoundPlan
 from slurm_hetsched.core.ports import EnactReport
@@ -118,7 +123,7 @@ def classify(view: SlurmView, plan: RoundPlan) -> Work:
     placed = plan.placements
     work = Work({}, {}, {}, {}, {})
     for key, job in sorted(view.managed.items()):
-        if key in view.busy:
+        if key in view.busy or key in plan.set_aside:
             continue
         target = placed.get(key)
         if target is not None:
@@ -193,22 +198,58 @@ class SlurmEnactor:
         to_checkpoint = {k: j for k, (j, _) in work.move.items()} | work.stop
         signalled = self._signal_all(round_, to_checkpoint, out)
         self._await_acks(round_, to_checkpoint, signalled, out)
-        requeued = self._requeue_hold_all(round_, to_checkpoint, signalled, out)
+        requeued, asked = self._requeue_hold_all(round_, to_checkpoint, signalled, out)
+        for key in signalled:
+            if key not in asked and key not in out.finished:
+                self._call_off(round_, to_checkpoint[key], out)
         for key in work.stop:
             if key in requeued:
                 out.stopped.append(key)
         for key, (job, target) in work.move.items():
             if key in requeued:
                 out.previous_type[key] = job.leader.features
-                if self._place(round_, requeued[key], job, target, out, held=True):
+                place = partial(self._place, round_, requeued[key], job, target, out, held=True)
+                if self._guarded(round_, job, out, place):
                     out.moved.append(key)
         for key, (job, target) in work.start.items():
-            if self._place(round_, job.leader, job, target, out, held=job.leader.held):
+            held = job.leader.held
+            place = partial(self._place, round_, job.leader, job, target, out, held=held)
+            if self._guarded(round_, job, out, place):
                 out.started.append(key)
         for key, job in work.hold.items():
-            if self._hold_pending(round_, job, out):
+            if self._guarded(round_, job, out, partial(self._hold_pending, round_, job, out)):
                 out.held.append(key)
         return EnactReport(failed=dict(out.failed)), out
+
+    def _guarded(
+        self, round_: int, job: ManagedJob, out: EnactOutcome, action: Callable[[], bool]
+    ) -> bool:
+        """Run one job's part of the round; an error is that job's failure, never the round's:
+        it is recorded, the job released if it was left held, and the other jobs go on."""
+        try:
+            return action()
+        except Exception as exc:
+            logger.exception("job %s (%s): enacting its action failed", job.key, job.slurm_id)
+            out.failed.setdefault(job.key, f"internal error: {type(exc).__name__}: {exc}")
+            try:
+                self._release_quietly(round_, job, out)
+            except Exception:
+                logger.exception("job %s: cannot release it after the failure", job.key)
+            return False
+
+    def _call_off(self, round_: int, job: ManagedJob, out: EnactOutcome) -> None:
+        """The job was asked to checkpoint and pause but will not be moved: tell it to train
+        on now rather than wait, paused, for its lease to end."""
+
+        def resume() -> None:
+            write_resume_request(
+                self._folder(job),
+                job_id=job.slurm_id,
+                restart_count=job.leader.restart_count,
+                at=self.clock(),
+            )
+
+        self._step(round_, job, "call_off", {}, resume, out, quiet=True)
 
     # -- phases --------------------------------------------------------------------------------
 
@@ -264,14 +305,8 @@ class SlurmEnactor:
                         state = "gone" if now is None else now.state.value
                         self.journal.finish_action(actions[key], False, f"job {state}, no ack")
             for key in list(waiting):
-                job = jobs[key]
-                ack = read_ack(
-                    job_folder(self.settings.state_root, key),
-                    owner_uid=job.leader.user_id,
-                    job_id=job.slurm_id,
-                    restart_count=job.leader.restart_count,
-                    signalled_at=waiting[key] - 1.0,  # whole-second clocks on some filesystems
-                )
+                # signalled_at - 1: whole-second clocks on some filesystems
+                ack = self._read_ack(jobs[key], waiting[key] - 1.0)
                 if ack is not None:
                     del waiting[key]
                     self._finish(actions[key], True, f"step {ack.step} in {ack.checkpoint}", "ack")
@@ -299,10 +334,11 @@ class SlurmEnactor:
         jobs: Mapping[str, ManagedJob],
         signalled: Mapping[str, float],
         out: EnactOutcome,
-    ) -> dict[str, SlurmJob]:
-        """Requeue-hold the signalled jobs still running; key -> its held Slurm record."""
+    ) -> tuple[dict[str, SlurmJob], set[str]]:
+        """Requeue-hold the signalled jobs still running; key -> its held Slurm record, and
+        the keys Slurm accepted the requeue of."""
         if not signalled:
-            return {}
+            return {}, set()
         current = self._current([jobs[k].slurm_id for k in signalled])
         asked: dict[str, ManagedJob] = {}
         for key in signalled:
@@ -323,7 +359,7 @@ class SlurmEnactor:
                 out,
             ):
                 asked[key] = job
-        return self._wait_held(asked, out)
+        return self._wait_held(asked, out), set(asked)
 
     def _wait_held(self, jobs: Mapping[str, ManagedJob], out: EnactOutcome) -> dict[str, SlurmJob]:
         held: dict[str, SlurmJob] = {}
@@ -407,7 +443,7 @@ class SlurmEnactor:
         """Re-submit the job as a heterogeneous job with one component per GPU slice."""
         leader = job.leader
         comment = (
-            leader.comment if job.spec.key else leader.comment.rstrip("; ") + f";key={job.key}"
+            leader.comment if job.spec.key else leader.comment.rstrip("; ") + f";key={job.job_key}"
         )
         environment = self._resubmit_environment(job)
         components = [
@@ -454,7 +490,7 @@ class SlurmEnactor:
         )
         try:
             new_id = self.slurm.submit(script, components, uid=leader.user_id, gid=leader.group_id)
-        except (SlurmError, ValueError) as exc:
+        except Exception as exc:
             self.journal.finish_action(action, False, str(exc))
             out.failed[job.key] = f"re-submission failed: {exc}"
             self._release_quietly(round_, job, out)
@@ -499,13 +535,15 @@ class SlurmEnactor:
         action_id = self.journal.begin_action(round_, job.key, job.slurm_id, kind, detail)
         try:
             action()
-        except (HetschedError, OSError, ValueError) as exc:
+        except Exception as exc:  # this job's failure, recorded; never the round's
             self.journal.finish_action(action_id, False, str(exc))
             quiet = quiet or isinstance(exc, benign)
             if not quiet:
                 out.failed.setdefault(job.key, f"{kind} failed: {exc}")
             log = logger.debug if quiet else logger.warning
             log("job %s (%s): %s failed: %s", job.key, job.slurm_id, kind, exc)
+            if not isinstance(exc, HetschedError | OSError | ValueError):
+                logger.exception("unexpected error in %s of job %s", kind, job.key)
             return False
         self._finish(action_id, True, "", kind)
         return True
@@ -542,26 +580,38 @@ class SlurmEnactor:
                 {"node": s.node, "gpu_type": s.gpu_type, "count": s.count} for s in target.slices
             ],
         }
-        write_placement(
-            job_folder(self.settings.state_root, job.key),
-            payload,
-            uid=job.leader.user_id,
-            gid=job.leader.group_id,
-        )
+        write_placement(self._folder(job), payload)
 
     def _write_request(self, job: ManagedJob, at: float) -> None:
         try:
             write_checkpoint_request(
-                job_folder(self.settings.state_root, job.key),
+                self._folder(job),
                 job_id=job.slurm_id,
                 restart_count=job.leader.restart_count,
                 at=at,
-                uid=job.leader.user_id,
-                gid=job.leader.group_id,
             )
-        except (OSError, ValueError) as exc:
+        except Exception as exc:
             # The signal still goes out; only a job that is still starting would miss it.
             logger.warning("job %s: cannot write its checkpoint request: %s", job.key, exc)
+
+    def _folder(self, job: ManagedJob) -> JobFolder:
+        """The job's state folder (`<root>/<uid>/<key>`; copies share their key's)."""
+        uid = job.leader.user_id
+        if uid is None:
+            raise StateFolderError(f"job {job.slurm_id}: Slurm reports no user id")
+        return JobFolder(self.settings.state_root, uid, job.job_key, job.leader.group_id)
+
+    def _read_ack(self, job: ManagedJob, signalled_at: float) -> CheckedAck | None:
+        try:
+            return read_ack(
+                self._folder(job),
+                job_id=job.slurm_id,
+                restart_count=job.leader.restart_count,
+                signalled_at=signalled_at,
+            )
+        except Exception as exc:  # no ack: the job is moved at the timeout like any other
+            logger.warning("job %s: cannot read its ack: %s", job.key, exc)
+            return None
 
     def _resubmit_environment(self, job: ManagedJob) -> dict[str, str]:
         """What a re-submitted job is given: its key, the state root and a login-like base."""
@@ -575,7 +625,7 @@ class SlurmEnactor:
                 pass
         environment |= dict(self.settings.resubmit_environment)
         environment |= {
-            "HETSCHED_JOB_KEY": job.key,
+            "HETSCHED_JOB_KEY": job.job_key,
             "HETSCHED_STATE_ROOT": str(self.settings.state_root),
         }
         return environment

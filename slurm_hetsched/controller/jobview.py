@@ -6,22 +6,28 @@ recorded JSON of a real cluster tests it.
 
 A job is managed when its comment holds a `hetsched:` spec (docs/interfaces.md). The spec is
 re-read every round: a user may edit it at any time. A job whose spec is malformed, names a class
-the throughput table does not know, or asks for GPUs in a way the controller cannot move is
-*rejected*: reported, and handed back to Slurm's own scheduling, never kept held.
+the throughput table does not know, asks for GPUs in a way the controller cannot move, names a
+job key bound to another user (controller/keys.py), or was set aside because the policy failed
+with it, is *rejected*: reported, and handed back to Slurm's own scheduling, never kept held.
+Every decision is per job: one user's bad input never stops the view of the others.
 """
 
 from __future__ import annotations
 
 import difflib
+import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import tzinfo
 
+from slurm_hetsched.controller.keys import KeyBinding, KeyClaim, resolve_keys
 from slurm_hetsched.core.jobspec import JobSpec, JobSpecError, is_managed, parse_job_spec
 from slurm_hetsched.core.model import ClusterSnapshot, Job, Node
 from slurm_hetsched.core.throughput import ThroughputTable, UnknownJobClassError
 from slurm_hetsched.slurm.records import JobState, SlurmJob, SlurmNode
 from slurm_hetsched.wrapper.placement import expand_hostlist
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,17 +47,27 @@ class ManagedJob:
     """One managed job: its spec and its Slurm record(s).
 
     Attributes:
-        key: the job key (`key=` in the spec, else the leader's Slurm job id).
+        key: the job's identity in rounds, plans and the journal: its job key, with
+            `#<copy>` appended for a forked copy (`job_identity`).
         spec: the parsed spec.
         components: the Slurm records; one for a plain job, one per component (leader first)
             for a heterogeneous job the controller submitted.
         num_gpus: GPUs the job uses at once (the sum over its components).
+        job_key: the job key (`key=` in the spec, else the leader's Slurm job id): it names
+            the state folder and is bound to the job's user.
+        copy: the copy index (`copy=`, 0 for the job itself).
     """
 
     key: str
     spec: JobSpec
     components: tuple[SlurmJob, ...]
     num_gpus: int
+    job_key: str = ""
+    copy: int = 0
+
+    def __post_init__(self) -> None:
+        if not self.job_key:
+            object.__setattr__(self, "job_key", self.key)
 
     @property
     def leader(self) -> SlurmJob:
@@ -82,6 +98,26 @@ class ManagedJob:
         return held
 
 
+def job_identity(job_key: str, copy: int) -> str:
+    """A job's identity: its key, or `<key>#<copy>` for a copy (`#` never occurs in a key)."""
+    return job_key if copy == 0 else f"{job_key}#{copy}"
+
+
+@dataclass(frozen=True, slots=True)
+class SetAside:
+    """A job the policy failed with: refused while its comment stays the same.
+
+    Attributes:
+        comment: the job's comment when it was set aside; an edited spec is tried again.
+        reason: what failed.
+        round: the round that set it aside.
+    """
+
+    comment: str
+    reason: str
+    round: int
+
+
 @dataclass(frozen=True, slots=True)
 class RejectedJob:
     """A job with a `hetsched:` comment that the controller does not manage, and why."""
@@ -108,6 +144,8 @@ class SlurmView:
         progress: job key -> its trusted progress report.
         unprofiled_gpu_types: GPU types on nodes that the throughput table has no column for;
             left out of the snapshot (their GPUs stay Slurm's) and reported.
+        key_bindings: job key -> the user it belongs to, after this observation (to keep).
+        set_aside: the earlier set-asides that still refuse a live job (to keep).
     """
 
     now_s: float
@@ -118,7 +156,12 @@ class SlurmView:
     busy: tuple[str, ...] = ()
     progress: Mapping[str, Progress] = field(default_factory=dict)
     unprofiled_gpu_types: tuple[str, ...] = ()
+    key_bindings: Mapping[str, KeyBinding] = field(default_factory=dict)
+    set_aside: Mapping[str, SetAside] = field(default_factory=dict)
 
+
+# A key stays bound to its user this long after its last job left Slurm (a day).
+DEFAULT_KEY_RELEASE_S = 86_400.0
 
 _SCHEDULABLE = frozenset({JobState.PENDING, JobState.RUNNING, JobState.SUSPENDED})
 
@@ -134,6 +177,9 @@ def build_view(
     progress: Callable[[ManagedJob], Progress | None] | None = None,
     arrivals: Mapping[str, float] | None = None,
     measured: Mapping[str, Mapping[str, float]] | None = None,
+    key_bindings: Mapping[str, KeyBinding] | None = None,
+    key_release_s: float = DEFAULT_KEY_RELEASE_S,
+    set_aside: Mapping[str, SetAside] | None = None,
 ) -> SlurmView:
     """The controller's view of the cluster from Slurm's jobs and nodes.
 
@@ -149,15 +195,28 @@ def build_view(
             Slurm's submit time; the first one seen stays the job's arrival).
         measured: job key -> GPU type -> steps/s measured in earlier rounds; the current run's
             report updates its type (the throughput table's online estimate).
+        key_bindings: job key -> the user it is bound to, from earlier observations.
+        key_release_s: how long a key stays bound after its last job left Slurm.
+        set_aside: job identity -> why an earlier round set it aside (refused while its
+            comment is unchanged).
     """
     arrivals = arrivals or {}
     measured = measured or {}
+    set_aside = set_aside or {}
     # A GPU type the table has no column for cannot be decided on: its GPUs are left to Slurm.
     profiled = set(table.gpu_types)
     unprofiled = tuple(sorted({t for node in nodes for t in node.gpus} - profiled))
     gpu_types = tuple(sorted({t for node in nodes for t in node.gpus} & profiled))
     managed: dict[str, ManagedJob] = {}
     rejected: list[RejectedJob] = []
+    still_aside: dict[str, SetAside] = {}
+
+    def reject(job: SlurmJob, reason: str) -> None:
+        rejected.append(RejectedJob(job.job_id, job.user, reason, job))
+
+    # 1. Parse every spec; a job with a valid spec claims its key, even if refused below, so
+    # a spec its owner is fixing does not free the key for someone else.
+    parsed: list[tuple[list[SlurmJob], JobSpec, str]] = []
     for group in _job_groups(jobs):
         leader = group[0]
         if not is_managed(leader.comment) or not leader.state.is_active:
@@ -165,22 +224,52 @@ def build_view(
         if partition is not None and leader.partition != partition:
             continue
         try:
-            job = _managed_job(group, table, gpu_types, local_tz)
+            spec = parse_job_spec(leader.comment, local_tz=local_tz, now_s=now_s)
         except JobSpecError as exc:
-            rejected.append(RejectedJob(leader.job_id, leader.user, str(exc), leader))
+            reject(leader, str(exc))
+            continue
+        if leader.user_id is None:
+            reject(leader, "Slurm reports no user id for the job")
+            continue
+        parsed.append((group, spec, spec.key or leader.job_id))
+    # 2. Keys belong to users: a job naming another user's key is refused, never the owner.
+    claims = [
+        KeyClaim(
+            key,
+            int(group[0].user_id or 0),
+            group[0].user,
+            group[0].job_id,
+            float(group[0].submit_time if group[0].submit_time is not None else now_s),
+            explicit=spec.key is not None,
+        )
+        for group, spec, key in parsed
+    ]
+    keys = resolve_keys(
+        claims, key_bindings or {}, now_s=now_s, release_after_s=key_release_s
+    )
+    # 3. What is left must be a job the controller can schedule and move.
+    for group, spec, job_key in parsed:
+        leader = group[0]
+        if leader.job_id in keys.refused:
+            reject(leader, keys.refused[leader.job_id])
+            continue
+        ident = job_identity(job_key, spec.copy)
+        aside = set_aside.get(ident)
+        if aside is not None and aside.comment == leader.comment:
+            still_aside[ident] = aside
+            reject(leader, f"set aside in round {aside.round}: {aside.reason}")
+            continue
+        try:
+            job = _managed_job(group, spec, job_key, table, gpu_types)
+        except JobSpecError as exc:
+            reject(leader, str(exc))
             continue
         if job.key in managed:
-            # Two live jobs claim one key: keep the newer (a re-submission), report the other.
-            older, newer = sorted([managed[job.key], job], key=lambda j: int(j.slurm_id))
+            # Two live jobs of one user claim one key and copy: keep the newer (a
+            # re-submission), report the other.
+            older, newer = sorted([managed[job.key], job], key=lambda j: _id_order(j.slurm_id))
             managed[job.key] = newer
-            rejected.append(
-                RejectedJob(
-                    older.slurm_id,
-                    older.leader.user,
-                    f"job key {job.key!r} is also used by job {newer.slurm_id}",
-                    older.leader,
-                )
-            )
+            reject(older.leader, f"job key {job.key!r} is also used by job {newer.slurm_id}")
             continue
         managed[job.key] = job
     # After the loop: of two jobs with one key, the one kept decides whether the key is busy.
@@ -189,7 +278,11 @@ def build_view(
     reports: dict[str, Progress] = {}
     if progress is not None:
         for key, job in managed.items():
-            report = progress(job)
+            try:
+                report = progress(job)
+            except Exception:  # a job's files never stop the view of the others
+                logger.exception("job %s: cannot read its progress report", key)
+                continue
             if report is not None:
                 reports[key] = report
 
@@ -220,6 +313,8 @@ def build_view(
         busy=tuple(busy),
         progress=reports,
         unprofiled_gpu_types=unprofiled,
+        key_bindings=keys.bindings,
+        set_aside=still_aside,
     )
 
 
@@ -254,12 +349,17 @@ def _job_groups(jobs: Iterable[SlurmJob]) -> list[list[SlurmJob]]:
 
 def _managed_job(
     group: Sequence[SlurmJob],
+    spec: JobSpec,
+    job_key: str,
     table: ThroughputTable,
     gpu_types: Sequence[str],
-    local_tz: tzinfo,
 ) -> ManagedJob:
     leader = group[0]
-    spec = parse_job_spec(leader.comment, local_tz=local_tz)
+    if not leader.requeue:
+        raise JobSpecError(
+            "the job cannot be requeued (--no-requeue or Requeue=0); managed jobs need "
+            "--requeue, as every move is a requeue"
+        )
     num_gpus = 0
     for component in group:
         request = component.gpus_per_node
@@ -292,8 +392,18 @@ def _managed_job(
             f"no GPU type of this cluster ({', '.join(gpu_types)}) can run class "
             f"{spec.job_class!r} on {num_gpus} GPUs according to the throughput table"
         )
-    key = spec.key or leader.job_id
-    return ManagedJob(key=key, spec=spec, components=tuple(group), num_gpus=num_gpus)
+    return ManagedJob(
+        key=job_identity(job_key, spec.copy),
+        spec=spec,
+        components=tuple(group),
+        num_gpus=num_gpus,
+        job_key=job_key,
+        copy=spec.copy,
+    )
+
+
+def _id_order(job_id: str) -> tuple[int, str]:
+    return (int(job_id), "") if job_id.isdigit() else (0, job_id)
 
 
 def _snapshot_node(node: SlurmNode, ours: int, profiled: set[str]) -> Node:

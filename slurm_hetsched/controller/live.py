@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import asdict, dataclass, field
 from datetime import tzinfo
 from pathlib import Path
+from typing import Any, Protocol
 
 from slurm_hetsched.controller.admin_comment import (
     PREFIX,
@@ -22,8 +23,16 @@ from slurm_hetsched.controller.admin_comment import (
     needs_update,
 )
 from slurm_hetsched.controller.enact import EnactOutcome, Journal, SlurmEnactor
-from slurm_hetsched.controller.jobview import ManagedJob, Progress, SlurmView, build_view
-from slurm_hetsched.controller.statefiles import job_folder, read_progress
+from slurm_hetsched.controller.jobview import (
+    DEFAULT_KEY_RELEASE_S,
+    ManagedJob,
+    Progress,
+    SetAside,
+    SlurmView,
+    build_view,
+)
+from slurm_hetsched.controller.keys import KeyBinding
+from slurm_hetsched.controller.statefiles import JobFolder, read_progress
 from slurm_hetsched.core.model import RoundPlan
 from slurm_hetsched.core.ports import EnactReport, Observation, RoundRecord
 from slurm_hetsched.core.throughput import ThroughputTable
@@ -48,6 +57,8 @@ class ObserveSettings:
         partition: manage only this partition's jobs (None: all).
         progress_max_age_s: a progress report older than this is ignored.
         release_rejected: hand held jobs with a bad spec back to Slurm.
+        key_release_s: a job key stays bound to its user this long after its last job left
+            Slurm.
     """
 
     state_root: Path
@@ -55,6 +66,39 @@ class ObserveSettings:
     partition: str | None = None
     progress_max_age_s: float = 600.0
     release_rejected: bool = True
+    key_release_s: float = DEFAULT_KEY_RELEASE_S
+
+
+class Registry(Protocol):
+    """Where job key bindings and set-aside jobs are kept between rounds (store/sqlite.py)."""
+
+    def key_bindings(self) -> list[dict[str, Any]]: ...
+
+    def save_key_bindings(self, rows: Iterable[Mapping[str, Any]]) -> None: ...
+
+    def set_aside(self) -> list[dict[str, Any]]: ...
+
+    def save_set_aside(self, rows: Iterable[Mapping[str, Any]]) -> None: ...
+
+
+class ReadOnlyRegistry:
+    """A registry's content without writing anything back (`status`, dry runs)."""
+
+    def __init__(self, source: Registry | None) -> None:
+        self._keys = source.key_bindings() if source is not None else []
+        self._aside = source.set_aside() if source is not None else []
+
+    def key_bindings(self) -> list[dict[str, Any]]:
+        return self._keys
+
+    def save_key_bindings(self, rows: Iterable[Mapping[str, Any]]) -> None:
+        return None
+
+    def set_aside(self) -> list[dict[str, Any]]:
+        return self._aside
+
+    def save_set_aside(self, rows: Iterable[Mapping[str, Any]]) -> None:
+        return None
 
 
 @dataclass(slots=True)
@@ -78,11 +122,13 @@ class SlurmCluster:
         table: ThroughputTable,
         settings: ObserveSettings,
         *,
+        registry: Registry | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.slurm = slurm
         self.enactor = enactor
         self.journal = journal
+        self.registry: Registry = registry if registry is not None else ReadOnlyRegistry(None)
         self.last_record = last_record
         self.table = table
         self.settings = settings
@@ -108,6 +154,11 @@ class SlurmCluster:
             arrivals = {job.key: job.arrival_s for job in last.snapshot.jobs}
             measured = {job.key: job.measured_steps_per_s for job in last.snapshot.jobs}
         tz = self.settings.local_tz or _local_tz()
+        bindings = {row["key"]: KeyBinding(**row) for row in self.registry.key_bindings()}
+        aside = {
+            row["job"]: SetAside(row["comment"], row["reason"], row["round"])
+            for row in self.registry.set_aside()
+        }
         return build_view(
             jobs,
             nodes,
@@ -118,12 +169,18 @@ class SlurmCluster:
             progress=lambda job: self._progress(job, now_s),
             arrivals=arrivals,
             measured=measured,
+            key_bindings=bindings,
+            key_release_s=self.settings.key_release_s,
+            set_aside=aside,
         )
 
     def observe(self) -> Observation:
         last = self.last_record()
         view = self.read_view(last)
         self.view = view
+        # Kept before the round decides, so a failed round never forgets who owns a key.
+        self.registry.save_key_bindings(asdict(b) for b in view.key_bindings.values())
+        self._save_set_aside(view.set_aside)
         if view.unprofiled_gpu_types != self._unprofiled:
             self._unprofiled = view.unprofiled_gpu_types
             if view.unprofiled_gpu_types:
@@ -143,14 +200,12 @@ class SlurmCluster:
         return Observation(snapshot=view.snapshot, ran_s=ran_s, finished=finished)
 
     def _progress(self, job: ManagedJob, now_s: float) -> Progress | None:
-        try:
-            folder = job_folder(self.settings.state_root, job.key)
-        except ValueError:
+        if job.leader.user_id is None:
             return None
+        folder = JobFolder(self.settings.state_root, job.leader.user_id, job.job_key)
         payload = read_progress(
             folder,
-            owner_uid=job.leader.user_id,
-            job_ids={job.slurm_id, job.key},
+            job_ids={job.slurm_id, job.job_key},
             now_s=now_s,
             max_age_s=self.settings.progress_max_age_s,
         )
@@ -176,27 +231,56 @@ class SlurmCluster:
             raise HetschedError("enact before observe")
         report, outcome = self.enactor.enact(self.view, plan)
         self.last = LastRound(outcome=outcome)
-        self._release_rejected(plan.round)
+        set_aside = self._record_set_aside(plan)
+        self._release_rejected(plan.round, set_aside)
         self._write_admin_comments(plan, outcome)
         return report
 
-    def _release_rejected(self, round_: int) -> None:
-        """Jobs with a bad spec: reported in their admin comment and released to Slurm."""
+    def _record_set_aside(self, plan: RoundPlan) -> list[tuple[SlurmJob, str]]:
+        """Keep the jobs this round set aside (refused from the next observation on, until
+        their comment changes); returns them with the reason to report."""
         assert self.view is not None
-        for rejected in self.view.rejected:
-            job = rejected.job
-            text = format_rejected_comment(rejected.reason)
+        if not plan.set_aside:
+            return []
+        kept = dict(self.view.set_aside)
+        out = []
+        for key, reason in sorted(plan.set_aside.items()):
+            job = self.view.managed.get(key)
+            if job is None:
+                continue
+            kept[key] = SetAside(job.leader.comment, reason, plan.round)
+            out.append((job.leader, f"set aside in round {plan.round}: {reason}"))
+            logger.warning("job %s (%s) set aside: %s", key, job.slurm_id, reason)
+        self._save_set_aside(kept)
+        return out
+
+    def _save_set_aside(self, entries: Mapping[str, SetAside]) -> None:
+        self.registry.save_set_aside(
+            {"job": key, "comment": a.comment, "reason": a.reason, "round": a.round}
+            for key, a in entries.items()
+        )
+
+    def _release_rejected(self, round_: int, set_aside: list[tuple[SlurmJob, str]]) -> None:
+        """Jobs with a bad spec (or set aside): reported in their admin comment and released
+        to Slurm; one job's failure here is logged and the others go on."""
+        assert self.view is not None
+        refused = [(r.job, r.reason) for r in self.view.rejected] + set_aside
+        for job, reason in refused:
+            # Reported and released separately: a comment Slurm will not take must not keep
+            # the job held.
+            text = format_rejected_comment(reason)
             try:
                 if needs_update(job.admin_comment, text):
+                    logger.warning("job %s of %s is not managed: %s", job.job_id, job.user, reason)
                     self.slurm.update(job.job_id, JobUpdate(admin_comment=text))
                     self.last.comments_written += 1
-                    logger.warning(
-                        "job %s of %s is not managed: %s", job.job_id, job.user, rejected.reason
-                    )
+            except Exception as exc:  # one job's failure never stops the others'
+                logger.warning("job %s: cannot write its admin comment: %s", job.job_id, exc)
+            try:
                 if self.settings.release_rejected and job.held and _hold_is_ours(job):
-                    self._hand_back(round_, job, rejected.reason)
-            except SlurmError as exc:
-                logger.warning("job %s: cannot report or release it: %s", job.job_id, exc)
+                    self._hand_back(round_, job, reason)
+            except Exception as exc:
+                logger.warning("job %s: cannot release it: %s", job.job_id, exc)
 
     def _hand_back(self, round_: int, job: SlurmJob, reason: str) -> None:
         """Release a refused job to Slurm, without the target an earlier round gave it."""
@@ -220,6 +304,8 @@ class SlurmCluster:
         allocation = record.allocation if record is not None else None
         placements = plan.placements
         for key, job in sorted(self.view.managed.items()):
+            if key in plan.set_aside:
+                continue  # reported as not managed
             if key in outcome.resubmitted:
                 job_id = outcome.resubmitted[key]
             elif job.state is not JobState.PENDING and job.state is not JobState.RUNNING:
@@ -247,7 +333,7 @@ class SlurmCluster:
             except InvalidRequestError as exc:
                 # It finished while the round ran: nothing left to show.
                 logger.debug("job %s (%s): no admin comment: %s", key, job_id, exc)
-            except SlurmError as exc:
+            except Exception as exc:  # one job's failure never stops the others'
                 logger.warning("job %s (%s): cannot write its admin comment: %s", key, job_id, exc)
 
 

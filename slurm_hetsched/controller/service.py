@@ -23,8 +23,14 @@ from typing import Any
 from filelock import FileLock, Timeout
 
 from slurm_hetsched.controller.enact import EnactSettings, SlurmEnactor
-from slurm_hetsched.controller.live import ObserveSettings, SlurmCluster, SlurmUnavailableError
+from slurm_hetsched.controller.live import (
+    ObserveSettings,
+    ReadOnlyRegistry,
+    SlurmCluster,
+    SlurmUnavailableError,
+)
 from slurm_hetsched.controller.reconcile import reconcile
+from slurm_hetsched.controller.statefiles import check_state_root
 from slurm_hetsched.controller.tick import Tick, TickSettings
 from slurm_hetsched.core.model import RoundPlan
 from slurm_hetsched.core.policies import get_policy
@@ -72,6 +78,10 @@ class Controller:
     def __init__(self, settings: ServiceSettings, *, dry_run: bool = False) -> None:
         self.settings = settings
         self.dry_run = dry_run
+        # Before anything else: a state root others can write lets them plant job folders.
+        # (A dry run creates nothing; the real run makes a missing root.)
+        if not dry_run or os.path.lexists(settings.observe.state_root):
+            check_state_root(settings.observe.state_root, create=not dry_run)
         self.slurm = CliSlurmBackend(settings.cli)
         # A dry run reads the store if there is one, and never creates it.
         self._store: SqliteStore | None = None
@@ -79,6 +89,7 @@ class Controller:
             self._store = SqliteStore(settings.store_path)
         self.policy = get_policy(settings.policy, settings.policy_options)
         journal: Any = _DryJournal() if dry_run else self.store
+        registry: Any = ReadOnlyRegistry(self._store) if dry_run else self.store
         self.cluster = SlurmCluster(
             self.slurm,
             SlurmEnactor(self.slurm, journal, settings.enact),
@@ -86,6 +97,7 @@ class Controller:
             self._last_record,
             settings.site.table,
             settings.observe,
+            registry=registry,
         )
         # A dry run plans on a copy of the last round in memory: nothing reaches the store.
         self._memory: MemoryStore | None = None

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -21,10 +21,11 @@ from slurm_hetsched.core.mechanism import (
     plan_round,
     record_round,
 )
-from slurm_hetsched.core.model import Allocation, ClusterSnapshot, RoundState
+from slurm_hetsched.core.model import Allocation, ClusterSnapshot, Job, Placement, RoundState
 from slurm_hetsched.core.policies.base import Policy, round_options_for
 from slurm_hetsched.core.ports import ClusterBackend, Observation, RoundRecord, StateStore
-from slurm_hetsched.core.problem import SiteData, build_problem
+from slurm_hetsched.core.problem import SiteData, build_problem, table_rate
+from slurm_hetsched.errors import HetschedError
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,17 +77,20 @@ class Tick:
         snapshot = observation.snapshot
         state = self._state_after_last_round(last, observation)
         capacity = _capacity(snapshot)
-        allocation, recomputed = self._decide(last, state, snapshot, capacity)
+        allocation, recomputed, set_aside = self._decide(last, state, snapshot, capacity)
         timer.lap("decide")
-        plan, state = plan_round(
+        plan, next_state = plan_round(
             allocation,
             state,
-            snapshot,
+            _without(snapshot, set_aside, state.placements),
             self.settings.round_s,
             min_reset_interval_s=self.settings.min_reset_interval_s,
             options=self.round_options,
             table=self.site.table,
         )
+        if set_aside:
+            plan = dataclasses.replace(plan, set_aside=set_aside)
+        state = next_state
         record = RoundRecord(
             round=plan.round,
             now_s=snapshot.now_s,
@@ -124,9 +128,10 @@ class Tick:
         state: RoundState,
         snapshot: ClusterSnapshot,
         capacity: Mapping[str, float],
-    ) -> tuple[Allocation, bool]:
+    ) -> tuple[Allocation, bool, dict[str, str]]:
         """The allocation for this round: the last one, unless jobs or GPUs changed (Gavel
-        recomputes on arrivals, completions and worker changes, not every round)."""
+        recomputes on arrivals, completions and worker changes, not every round); and the
+        jobs set aside because the policy failed with them."""
         jobs = tuple(sorted(job.key for job in snapshot.jobs))
         if (
             last is not None
@@ -134,13 +139,136 @@ class Tick:
             and dict(last.capacity) == dict(capacity)
             and last.allocation.gpu_types == snapshot.gpu_types
         ):
-            return last.allocation, False
-        if not jobs:
-            k = len(snapshot.gpu_types)
-            empty = Allocation((), snapshot.gpu_types, np.zeros((0, k)), 0.0, 0.0, self.policy.name)
-            return empty, True
-        problem = build_problem(snapshot, self.site, running=state.placements)
-        return self.policy.allocate(problem), True
+            return last.allocation, False, {}
+
+        # Validation first: a job no GPU type has room for right now waits this round (GPUs
+        # of jobs outside our control, drained nodes); it is no failure and nobody's fault.
+        fitting = tuple(job for job in snapshot.jobs if self._fits(job, snapshot, capacity))
+
+        def solve(subset: tuple[Job, ...]) -> Allocation:
+            if not subset:
+                k = len(snapshot.gpu_types)
+                return Allocation(
+                    (), snapshot.gpu_types, np.zeros((0, k)), 0.0, 0.0, self.policy.name
+                )
+            part = dataclasses.replace(snapshot, jobs=subset)
+            return self.policy.allocate(build_problem(part, self.site, running=state.placements))
+
+        allocation, set_aside = allocate_setting_aside(fitting, solve)
+        return allocation, True, set_aside
+
+    def _fits(self, job: Job, snapshot: ClusterSnapshot, capacity: Mapping[str, float]) -> bool:
+        """Whether some GPU type has `job.num_gpus` free GPUs and can run its class (a class
+        the table does not know is left to the policy, which reports it)."""
+        try:
+            return any(
+                capacity.get(t, 0.0) >= job.num_gpus
+                and table_rate(self.site.table, job.job_class, t, job.num_gpus) > 0
+                for t in snapshot.gpu_types
+            )
+        except HetschedError:
+            return True
+
+
+# At most this many jobs are set aside in one round: more failures than that are not one
+# job's input but the solver or the cluster, and the round fails as a whole.
+MAX_SET_ASIDE = 8
+
+
+def allocate_setting_aside(
+    jobs: Sequence[Job], solve: Callable[[tuple[Job, ...]], Allocation]
+) -> tuple[Allocation, dict[str, str]]:
+    """`solve(jobs)`, or, if the policy fails, the same without the jobs it fails with.
+
+    A failing job is found by halving: the half that fails alone is searched until one job
+    fails alone; if each half solves alone, the failure needs jobs of both and the newest
+    job is taken out. A job that fails alone is only blamed if another job solves alone, so
+    a solver that fails on everything fails the round instead of emptying the queue.
+
+    Returns:
+        the allocation of the jobs kept, and job -> why it was set aside.
+
+    Raises:
+        the policy's first error, when no single job can be blamed or more than
+        MAX_SET_ASIDE jobs would be.
+    """
+    try:
+        return solve(tuple(jobs)), {}
+    except Exception as exc:  # any failure of the policy: find the job that causes it
+        first = exc
+    rest = list(jobs)
+    set_aside: dict[str, str] = {}
+    while len(set_aside) < MAX_SET_ASIDE:
+        culprit = _isolate(rest, solve)
+        if culprit is None:
+            break
+        job, reason = culprit
+        set_aside[job.key] = reason
+        rest.remove(job)
+        try:
+            return solve(tuple(rest)), set_aside
+        except Exception:
+            continue
+    raise first
+
+
+def _isolate(
+    jobs: list[Job], solve: Callable[[tuple[Job, ...]], Allocation]
+) -> tuple[Job, str] | None:
+    """A job the policy fails with, and its error; None if it cannot be pinned on one."""
+
+    def error(subset: list[Job]) -> str | None:
+        try:
+            solve(tuple(subset))
+        except Exception as exc:
+            return f"{type(exc).__name__}: {exc}"
+        return None
+
+    group = list(jobs)
+    while len(group) > 1:
+        half = len(group) // 2
+        first, second = group[:half], group[half:]
+        if error(first) is not None:
+            group = first
+        elif error(second) is not None:
+            group = second
+        else:  # only together: take the newest job out
+            newest = max(group, key=lambda j: (j.arrival_s, j.key))
+            return newest, "the policy fails with this job and the others together"
+    (job,) = group
+    why = error(group)
+    if why is None:
+        return None
+    others = [j for j in jobs if j is not job][:2]
+    if others and all(error([other]) is not None for other in others):
+        return None  # every job fails alone: the solver, not this job
+    return job, f"the policy fails with this job alone ({why[:160]})"
+
+
+def _without(
+    snapshot: ClusterSnapshot, set_aside: Mapping[str, str], placements: Mapping[str, Placement]
+) -> ClusterSnapshot:
+    """The snapshot without the jobs set aside; the GPUs such a job ran on last round stay
+    busy, since it keeps running where it is."""
+    if not set_aside:
+        return snapshot
+    busy: dict[tuple[str, str], int] = {}
+    for key in set_aside:
+        placement = placements.get(key)
+        for part in placement.slices if placement is not None else ():
+            busy[(part.node, part.gpu_type)] = busy.get((part.node, part.gpu_type), 0) + part.count
+    nodes = tuple(
+        dataclasses.replace(
+            node,
+            gpus_in_use={
+                t: min(n, node.gpus_in_use.get(t, 0) + busy.get((node.name, t), 0))
+                for t, n in node.gpus.items()
+            },
+        )
+        for node in snapshot.nodes
+    )
+    jobs = tuple(job for job in snapshot.jobs if job.key not in set_aside)
+    return dataclasses.replace(snapshot, nodes=nodes, jobs=jobs)
 
 
 class _PhaseTimer:

@@ -2,21 +2,43 @@
 
     hetsched:class=ResNet-50 (batch size 64);steps=20000;weight=1;due=2026-12-01T12:00Z;tw=0.01
 
-One parser for the controller, `hetsched status` and the job side. Pure: the time zone for due
-dates without an offset is passed in, never read from the machine here.
+One parser for the controller, `hetsched status` and the job side. Any user can write any
+comment, so every field is bounded to a range that every policy solves at its extremes (the
+constants below; tests/property/test_jobspec_properties.py), and anything else is a
+`JobSpecError` whose short, single-line message goes into the job's admin comment: one hostile
+comment must never stop a scheduling round. Pure: the time zone for due dates without an
+offset and the observation time are passed in, never read from the machine here.
 """
 
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
 from datetime import datetime, tzinfo
 
 from slurm_hetsched.errors import HetschedError
 
 SPEC_PREFIX = "hetsched:"
-KEYS = ("class", "steps", "weight", "due", "tw", "gpus", "key")
-_MAX_LENGTH = 4096  # Slurm comments can be long; a spec never needs this much
+KEYS = ("class", "steps", "weight", "due", "tw", "gpus", "key", "copy")
+SPEC_MAX = 1024  # characters of the whole spec, prefix included
+STEPS_MAX = 10**12
+WEIGHT_MIN = 1e-3
+WEIGHT_MAX = 1e3
+TW_MAX = 1e3  # tardiness weight: cost per second late (the minimum is 0)
+DUE_WITHIN_S = 10 * 365.25 * 86400.0  # a due date is at most ten years from the observation
+GPUS_MAX = 1024
+CLASS_MAX = 128
+COPY_MAX = 1023
+JOB_KEY_MAX = 64
+
+_SHOWN_MAX = 40  # characters of an offending value a message echoes (values may be megabytes)
+# ASCII only: str.isdigit() and float() also accept other scripts' digits, '_' and 'nan'.
+_DIGITS = re.compile(r"[0-9]+")
+_NUMBER = re.compile(r"[+]?([0-9]+(\.[0-9]*)?|\.[0-9]+)([eE][+-]?[0-9]+)?")
+# A safe file name: the key names the job's state folder (docs/interfaces.md, "State folder").
+_JOB_KEY = re.compile(r"[A-Za-z0-9_+-][A-Za-z0-9._+-]*")
+_JOB_KEY_RULE = f"1 to {JOB_KEY_MAX} characters of A-Z a-z 0-9 . _ + -, not starting with '.'"
 
 
 class JobSpecError(HetschedError, ValueError):
@@ -25,16 +47,21 @@ class JobSpecError(HetschedError, ValueError):
 
 @dataclass(frozen=True, slots=True)
 class JobSpec:
-    """A parsed, validated job spec.
+    """A parsed, validated job spec; every value within the bounds of this module.
 
     Attributes:
-        job_class: the throughput table class (`class=`).
-        steps: total training steps (`steps=`), or None if not given.
-        weight: fair-share weight (`weight=`, default 1), > 0.
-        due_s: due date as Unix seconds (`due=`, ISO 8601), or None.
-        tardiness_weight: cost per second late (`tw=`, default 0), >= 0.
-        gpus: the GPU count the user repeated (`gpus=`), or None; must equal the request.
-        key: the job key (`key=`), or None (then the first Slurm job id is the key).
+        job_class: the throughput table class (`class=`), 1 to CLASS_MAX printable characters.
+        steps: total training steps (`steps=`, 1 to STEPS_MAX), or None if not given.
+        weight: fair-share weight (`weight=`, default 1), WEIGHT_MIN to WEIGHT_MAX.
+        due_s: due date as Unix seconds (`due=`, ISO 8601), within DUE_WITHIN_S of the
+            observation time, or None.
+        tardiness_weight: cost per second late (`tw=`, default 0), 0 to TW_MAX.
+        gpus: the GPU count the user repeated (`gpus=`, 1 to GPUS_MAX), or None; must equal
+            the request.
+        key: the job key (`key=`, see `valid_job_key`), or None (then the first Slurm job id
+            is the key).
+        copy: the index of a forked copy (`copy=`, 0 to COPY_MAX, default 0); copies share
+            one key, so a job's identity is (key, copy).
     """
 
     job_class: str
@@ -44,6 +71,7 @@ class JobSpec:
     tardiness_weight: float = 0.0
     gpus: int | None = None
     key: str | None = None
+    copy: int = 0
 
 
 def is_managed(comment: str | None) -> bool:
@@ -51,22 +79,45 @@ def is_managed(comment: str | None) -> bool:
     return bool(comment) and comment.strip().startswith(SPEC_PREFIX)  # type: ignore[union-attr]
 
 
-def parse_job_spec(comment: str, *, local_tz: tzinfo) -> JobSpec:
+def valid_job_key(key: str) -> bool:
+    """Whether `key` is a valid job key: 1 to JOB_KEY_MAX characters of A-Z a-z 0-9 . _ + -,
+    not starting with '.', so it is always a plain file name (never '.', '..' or a path)."""
+    return len(key) <= JOB_KEY_MAX and _JOB_KEY.fullmatch(key) is not None
+
+
+def check_job_key(key: str, what: str = "key") -> str:
+    """`key` itself if it is a valid job key (`valid_job_key`).
+
+    Args:
+        key: the candidate key.
+        what: how the message names it (e.g. "key" or "HETSCHED_JOB_KEY").
+
+    Raises:
+        JobSpecError: not a valid key; the message names `what`, the value and the rule.
+    """
+    if not valid_job_key(key):
+        raise JobSpecError(f"{what}={_shown(key)}: expected {_JOB_KEY_RULE}")
+    return key
+
+
+def parse_job_spec(comment: str, *, local_tz: tzinfo, now_s: float) -> JobSpec:
     """Parse a `hetsched:` comment.
 
     Args:
         comment: the job's Slurm comment.
         local_tz: the time zone of a `due=` without an offset (the controller host's).
+        now_s: the observation time (Unix seconds); `due=` must lie within DUE_WITHIN_S of it.
 
     Raises:
-        JobSpecError: not a spec, an unknown or repeated key, a missing `class`, a bad number
-            or date; the message names the key and what was expected.
+        JobSpecError: not a spec, too long, an unknown or repeated key, a missing `class`, a
+            value that is malformed or out of its range; the message names the key, shows the
+            value (truncated) and says what was expected.
     """
     text = comment.strip()
     if not text.startswith(SPEC_PREFIX):
         raise JobSpecError(f"comment does not start with {SPEC_PREFIX!r}")
-    if len(text) > _MAX_LENGTH:
-        raise JobSpecError(f"spec is {len(text)} characters long; at most {_MAX_LENGTH}")
+    if len(text) > SPEC_MAX:
+        raise JobSpecError(f"spec is {len(text)} characters long; at most {SPEC_MAX}")
     values: dict[str, str] = {}
     for pair in text[len(SPEC_PREFIX) :].split(";"):
         if not pair.strip():
@@ -74,58 +125,81 @@ def parse_job_spec(comment: str, *, local_tz: tzinfo) -> JobSpec:
         key, sep, value = pair.partition("=")
         key, value = key.strip(), value.strip()
         if not sep:
-            raise JobSpecError(f"{pair.strip()!r} is not key=value")
+            raise JobSpecError(f"{_shown(pair.strip())} is not key=value")
         if key not in KEYS:
-            raise JobSpecError(f"unknown key {key!r}; valid keys: {', '.join(KEYS)}")
+            raise JobSpecError(f"unknown key {_shown(key)}; valid keys: {', '.join(KEYS)}")
         if key in values:
             raise JobSpecError(f"key {key!r} given twice")
         values[key] = value
-    if not values.get("class"):
+    if "class" not in values:
         raise JobSpecError("missing class=<throughput-table class>")
+    job_key = values.get("key")
     return JobSpec(
-        job_class=values["class"],
-        steps=_whole(values, "steps"),
-        weight=_number(values, "weight", 1.0, positive=True),
-        due_s=_due(values.get("due"), local_tz),
-        tardiness_weight=_number(values, "tw", 0.0, positive=False),
-        gpus=_whole(values, "gpus"),
-        key=values.get("key") or None,
+        job_class=_job_class(values["class"]),
+        steps=_whole(values, "steps", 1, STEPS_MAX),
+        weight=_number(values, "weight", 1.0, WEIGHT_MIN, WEIGHT_MAX),
+        due_s=_due(values.get("due"), local_tz, now_s),
+        tardiness_weight=_number(values, "tw", 0.0, 0.0, TW_MAX),
+        gpus=_whole(values, "gpus", 1, GPUS_MAX),
+        key=None if job_key is None else check_job_key(job_key),
+        copy=_whole(values, "copy", 0, COPY_MAX) or 0,
     )
 
 
-def _whole(values: dict[str, str], key: str) -> int | None:
+def _shown(value: str) -> str:
+    """`value` for a message: its repr, cut to _SHOWN_MAX characters."""
+    text = repr(value)
+    return text if len(text) <= _SHOWN_MAX else text[: _SHOWN_MAX - 3] + "..."
+
+
+def _job_class(raw: str) -> str:
+    if not 1 <= len(raw) <= CLASS_MAX or not raw.isprintable():
+        raise JobSpecError(f"class={_shown(raw)}: expected 1 to {CLASS_MAX} printable characters")
+    return raw
+
+
+def _whole(values: dict[str, str], key: str, lo: int, hi: int) -> int | None:
     raw = values.get(key)
     if raw is None:
         return None
-    if not raw.isdigit() or int(raw) < 1:
-        raise JobSpecError(f"{key}={raw!r}: expected a whole number >= 1")
-    return int(raw)
+    # The length first: int() of a few thousand digits is slow, and the value is unbounded.
+    if len(raw) <= len(str(hi)) and _DIGITS.fullmatch(raw) and lo <= int(raw) <= hi:
+        return int(raw)
+    raise JobSpecError(f"{key}={_shown(raw)}: expected a whole number from {lo} to {hi}")
 
 
-def _number(values: dict[str, str], key: str, default: float, *, positive: bool) -> float:
+def _number(values: dict[str, str], key: str, default: float, lo: float, hi: float) -> float:
     raw = values.get(key)
     if raw is None:
         return default
-    try:
-        number = float(raw)
-    except ValueError:
-        number = math.nan
-    ok = math.isfinite(number) and (number > 0 if positive else number >= 0)
-    if not ok:
-        raise JobSpecError(f"{key}={raw!r}: expected a number {'> 0' if positive else '>= 0'}")
+    number = float(raw) if _NUMBER.fullmatch(raw) else math.nan  # huge exponents give inf
+    if not lo <= number <= hi:  # NaN and inf fail here too
+        raise JobSpecError(f"{key}={_shown(raw)}: expected a decimal number from {lo:g} to {hi:g}")
     return number
 
 
-def _due(raw: str | None, local_tz: tzinfo) -> float | None:
+def _due(raw: str | None, local_tz: tzinfo, now_s: float) -> float | None:
     if raw is None:
         return None
-    text = raw[:-1] + "+00:00" if raw.endswith(("Z", "z")) else raw
+    due_s = _timestamp(raw[:-1] + "+00:00" if raw.endswith(("Z", "z")) else raw, local_tz)
+    if due_s is None:
+        raise JobSpecError(
+            f"due={_shown(raw)}: expected an ISO 8601 date, e.g. 2026-12-01T12:00Z or "
+            "2026-12-01T13:00"
+        )
+    if not abs(due_s - now_s) <= DUE_WITHIN_S:
+        raise JobSpecError(f"due={_shown(raw)}: expected a date within 10 years of now")
+    return due_s
+
+
+def _timestamp(text: str, local_tz: tzinfo) -> float | None:
+    """Unix seconds of an ISO 8601 date (`local_tz` if it has no offset), or None."""
+    if not text.isascii():
+        return None  # ASCII digits only, as for the numbers
     try:
         when = datetime.fromisoformat(text)
-    except ValueError:
-        raise JobSpecError(
-            f"due={raw!r}: expected an ISO 8601 date, e.g. 2026-12-01T12:00Z or 2026-12-01T13:00"
-        ) from None
-    if when.tzinfo is None:
-        when = when.replace(tzinfo=local_tz)
-    return when.timestamp()
+        if when.tzinfo is None:
+            when = when.replace(tzinfo=local_tz)
+        return when.timestamp()
+    except (ValueError, OverflowError):  # malformed, or out of datetime's range (years 1-9999)
+        return None

@@ -780,6 +780,8 @@ class RoundPlan:
         priority: job of the allocation -> the priority it was chosen with, or its highest
             priority over GPU types if not placed (for logs and the admin comment).
         reset: True when this round reset the received time (a new allocation took effect).
+        set_aside: job -> why the round left it out: the policy failed with it (the round went
+            on without it). Never placed, kept or stopped; the cluster hands it back.
     """
 
     round: int
@@ -789,9 +791,10 @@ class RoundPlan:
     stop: tuple[str, ...] = ()
     priority: Mapping[str, float] = field(default_factory=lambda: _EMPTY)
     reset: bool = False
+    set_aside: Mapping[str, str] = field(default_factory=lambda: _EMPTY)
 
     def __post_init__(self) -> None:
-        for name in ("keep", "move", "start", "priority"):
+        for name in ("keep", "move", "start", "priority", "set_aside"):
             _set(self, name, _frozen_mapping(getattr(self, name)))
         _set(self, "stop", tuple(self.stop))
 

@@ -107,6 +107,7 @@ def plan_to_json(p: RoundPlan) -> dict[str, Any]:
         "stop": list(p.stop),
         "priority": dict(p.priority),
         "reset": p.reset,
+        "set_aside": dict(p.set_aside),
     }
 
 
@@ -119,6 +120,7 @@ def plan_from_json(d: Mapping[str, Any]) -> RoundPlan:
         stop=tuple(d["stop"]),
         priority={k: float(v) for k, v in d["priority"].items()},
         reset=bool(d["reset"]),
+        set_aside={str(k): str(v) for k, v in (d.get("set_aside") or {}).items()},
     )
 
 

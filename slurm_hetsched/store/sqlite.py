@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import sqlite3
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -48,7 +48,27 @@ CREATE TABLE IF NOT EXISTS actions (
 );
 CREATE INDEX IF NOT EXISTS actions_by_status ON actions (status);
 CREATE INDEX IF NOT EXISTS actions_by_job ON actions (job_key);
+-- Which user each job key belongs to (controller/keys.py).
+CREATE TABLE IF NOT EXISTS job_keys (
+    key       TEXT PRIMARY KEY,
+    uid       INTEGER NOT NULL,
+    user      TEXT NOT NULL,
+    job_id    TEXT NOT NULL,   -- the job that first used the key
+    submit_s  REAL NOT NULL,   -- that job's submit time
+    bound_s   REAL NOT NULL,
+    ended_s   REAL             -- when its last job left Slurm; NULL while one lives
+);
+-- Jobs a round set aside because the policy failed with them (refused until their comment
+-- changes or they leave).
+CREATE TABLE IF NOT EXISTS set_aside (
+    job       TEXT PRIMARY KEY,  -- the job's identity (key, or key#copy)
+    comment   TEXT NOT NULL,
+    reason    TEXT NOT NULL,
+    round     INTEGER NOT NULL
+);
 """
+_KEY_COLUMNS = ("key", "uid", "user", "job_id", "submit_s", "bound_s", "ended_s")
+_ASIDE_COLUMNS = ("job", "comment", "reason", "round")
 
 
 class StoreError(HetschedError, RuntimeError):
@@ -145,6 +165,37 @@ class SqliteStore:
             args.append(job_key)
         clause = ("WHERE " + " AND ".join(where)) if where else ""
         return self._actions(f"{clause} ORDER BY id", tuple(args))
+
+    # -- job keys and jobs set aside ---------------------------------------------------------
+
+    def key_bindings(self) -> list[dict[str, Any]]:
+        """Every job key binding, as rows with the columns of the `job_keys` table."""
+        rows = self._db.execute(f"SELECT {', '.join(_KEY_COLUMNS)} FROM job_keys").fetchall()
+        return [dict(zip(_KEY_COLUMNS, row, strict=True)) for row in rows]
+
+    def save_key_bindings(self, rows: Iterable[Mapping[str, Any]]) -> None:
+        """Replace every job key binding (one transaction)."""
+        self._replace_table("job_keys", _KEY_COLUMNS, rows)
+
+    def set_aside(self) -> list[dict[str, Any]]:
+        """The jobs set aside, as rows with the columns of the `set_aside` table."""
+        rows = self._db.execute(f"SELECT {', '.join(_ASIDE_COLUMNS)} FROM set_aside").fetchall()
+        return [dict(zip(_ASIDE_COLUMNS, row, strict=True)) for row in rows]
+
+    def save_set_aside(self, rows: Iterable[Mapping[str, Any]]) -> None:
+        """Replace the jobs set aside (one transaction)."""
+        self._replace_table("set_aside", _ASIDE_COLUMNS, rows)
+
+    def _replace_table(
+        self, table: str, columns: tuple[str, ...], rows: Iterable[Mapping[str, Any]]
+    ) -> None:
+        values = [tuple(row[c] for c in columns) for row in rows]
+        marks = ", ".join("?" for _ in columns)
+        with self._transaction():
+            self._db.execute(f"DELETE FROM {table}")
+            self._db.executemany(
+                f"INSERT INTO {table} ({', '.join(columns)}) VALUES ({marks})", values
+            )
 
     # -- history -------------------------------------------------------------------------------
 

@@ -31,6 +31,12 @@ from slurm_hetsched.wrapper.progress import (
     read_progress,
     write_ack,
 )
+from slurm_hetsched.wrapper.serialize import (
+    UnsafeSaveError,
+    UnsafeStateError,
+    UntrustedFileError,
+    register_safe_type,
+)
 from slurm_hetsched.wrapper.session import JobSession, Terminated
 from slurm_hetsched.wrapper.signals import SignalFlags
 
@@ -59,10 +65,14 @@ __all__ = [
     "Terminated",
     "TorchCollective",
     "TorchTrainer",
+    "UnsafeSaveError",
+    "UnsafeStateError",
+    "UntrustedFileError",
     "WrapperConfigError",
     "read_ack",
     "read_placement",
     "read_progress",
+    "register_safe_type",
     "write_ack",
     "write_placement",
 ]

@@ -9,6 +9,11 @@ touches an older checkpoint. An existing committed `ckpt-<step>` is never overwr
 Reading: the newest checkpoint whose marker parses and whose files match their size and
 checksum wins; a torn or corrupt one (no marker, unreadable, checksum mismatch) is skipped with
 a warning and the previous committed one used (the failure PyTorch Lightning #19970 describes).
+Only folders and files owned by the process's effective uid, and no symlinks, are read, under
+every uid including root: another user's planted `ckpt-*` is skipped with a warning. A
+checkpoint whose pickle needs a type loading refuses (serialize.UnsafeStateError) is skipped
+with an error naming the type; if no older one loads, that error is raised rather than the job
+starting over.
 
 Only the job's rank 0 writes; this module does not know about ranks.
 """
@@ -20,6 +25,7 @@ import logging
 import os
 import re
 import shutil
+import stat
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -27,12 +33,14 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from slurm_hetsched.errors import HetschedError
-from slurm_hetsched.wrapper.files import fsync_dir, read_json
+from slurm_hetsched.wrapper.files import fsync_dir
 from slurm_hetsched.wrapper.serialize import (
     CorruptStateError,
     FileDigest,
+    UnsafeStateError,
     digest_file,
     load_object,
+    open_owned,
     read_verified,
     save_object,
 )
@@ -53,6 +61,10 @@ class CheckpointError(HetschedError):
 
 class CheckpointCorruptError(CorruptStateError):
     """A checkpoint is torn (no marker) or corrupt (bad marker, size or checksum)."""
+
+
+class CheckpointUnsafeError(CheckpointCorruptError, UnsafeStateError):
+    """A checkpoint file needs a type that loading does not allow (see register_safe_type)."""
 
 
 def checkpoint_name(step: int) -> str:
@@ -99,6 +111,8 @@ class CheckpointWriter:
             path = self.folder / name
             if not path.is_file():
                 raise CheckpointError(f"save function announced {name!r} but did not write it")
+            if path.is_symlink():  # loading never follows links
+                raise CheckpointError(f"checkpoint file {name!r} is a symlink, not a file")
             digests[name] = digest_file(path)
             fd = os.open(path, os.O_RDONLY)
             try:
@@ -137,6 +151,8 @@ class CheckpointReader:
         data = self._read(name)
         try:
             return load_object(data, str(self.folder / name))
+        except UnsafeStateError as exc:
+            raise CheckpointUnsafeError(str(exc), exc.type_name) from exc
         except CorruptStateError as exc:
             raise CheckpointCorruptError(str(exc)) from exc
 
@@ -197,13 +213,32 @@ class CheckpointStore:
         self._wall = wall
 
     def checkpoints(self) -> list[CheckpointInfo]:
-        """Every `ckpt-<step>` folder, newest first; `committed` means the marker exists."""
+        """Every `ckpt-<step>` folder of this uid, newest first; `committed` means the marker
+        exists. Other `ckpt-*` entries (symlinks, files, another uid's) are skipped with a
+        warning: a planted one must not be loaded, even by a job of root."""
         infos = []
+        euid = os.geteuid()
         for entry in self._entries():
             match = _NAME.match(entry.name)
-            if match and entry.is_dir():
-                committed = (entry / MARKER).is_file()
-                infos.append(CheckpointInfo(int(match.group(1)), entry, committed))
+            if not match:
+                continue
+            try:
+                info = entry.lstat()  # not is_dir(): it follows symlinks
+            except OSError:  # removed meanwhile
+                continue
+            if stat.S_ISLNK(info.st_mode) or not stat.S_ISDIR(info.st_mode):
+                kind = "a symbolic link" if stat.S_ISLNK(info.st_mode) else "not a folder"
+                logger.warning("ignoring %s: it is %s (owner uid %d)", entry, kind, info.st_uid)
+                continue
+            if info.st_uid != euid:
+                logger.warning(
+                    "ignoring %s: it belongs to uid %d, not to this job's uid %d",
+                    entry,
+                    info.st_uid,
+                    euid,
+                )
+                continue
+            infos.append(CheckpointInfo(int(match.group(1)), entry, _has_marker(entry)))
         return sorted(infos, key=lambda info: info.step, reverse=True)
 
     def latest(self) -> CheckpointInfo | None:
@@ -216,7 +251,7 @@ class CheckpointStore:
         Raises:
             CheckpointCorruptError: no marker, or a marker that is not a valid manifest.
         """
-        manifest = read_json(info.path / MARKER)
+        manifest = _read_manifest(info.path / MARKER)
         if manifest is None:
             raise CheckpointCorruptError(f"{info.path} has no readable {MARKER} marker (torn)")
         if manifest.get("format") != FORMAT or manifest.get("step") != info.step:
@@ -233,25 +268,38 @@ class CheckpointStore:
         """Load the newest usable checkpoint (or exactly `step`) with `load`.
 
         A torn or corrupt checkpoint (CheckpointCorruptError from the marker, a file check or
-        `load`) is skipped with a warning and the previous committed one tried. Other errors of
-        `load` (e.g. a model that no longer matches the saved state) are raised: silently
-        falling back to an older checkpoint, or to none, would hide them.
+        `load`) is skipped with a warning and the previous committed one tried. One that needs
+        a type loading refuses (CheckpointUnsafeError) is skipped with an error naming it; if
+        no older one loads, that error is raised: starting over would discard the run. Other
+        errors of `load` (e.g. a model that no longer matches the saved state) are raised:
+        silently falling back to an older checkpoint, or to none, would hide them.
 
         Returns:
             the reader and what `load` returned, or None when there is no usable checkpoint.
+
+        Raises:
+            CheckpointUnsafeError: every checkpoint that was not corrupt was refused.
         """
+        refused: CheckpointUnsafeError | None = None
         for info in self.checkpoints():
             if step is not None and info.step != step:
                 continue
             try:
                 reader = self.open(info)
                 return reader, load(reader)
+            except CheckpointUnsafeError as exc:
+                if step is not None:
+                    raise
+                logger.error("refusing checkpoint %s: %s", info.path.name, exc)
+                refused = refused or exc
             except CheckpointCorruptError as exc:
                 if step is not None:
                     raise
                 logger.warning("skipping checkpoint %s: %s", info.path.name, exc)
         if step is not None:
             raise CheckpointCorruptError(f"no checkpoint for step {step} in {self.folder}")
+        if refused is not None:
+            raise refused
         return None
 
     def save(
@@ -275,7 +323,7 @@ class CheckpointStore:
                 temporary folder removed.
         """
         final = self.folder / checkpoint_name(step)
-        if (final / MARKER).is_file():
+        if _owned_dir(final) and _has_marker(final):
             logger.debug("%s is already committed; not writing it again", final.name)
             return final
         temp = self.folder / f"{_TEMP_PREFIX}{step}-{os.getpid()}-{time.monotonic_ns()}"
@@ -301,7 +349,7 @@ class CheckpointStore:
             # and one fsync of the folder makes every entry in it durable before that.
             _write_durably(temp / MARKER, (json.dumps(manifest, indent=1) + "\n").encode())
             fsync_dir(temp)
-            if final.exists():  # torn: no marker; move it aside, never write into it
+            if os.path.lexists(final):  # torn or not ours: move it aside, never write into it
                 _remove(final, self.folder / f"{_TRASH_PREFIX}{step}-{os.getpid()}")
             os.rename(temp, final)
             fsync_dir(self.folder)
@@ -357,4 +405,40 @@ def _remove(path: Path, aside: Path | None) -> None:
     if aside is not None:
         os.rename(path, aside)
         path = aside
-    shutil.rmtree(path, ignore_errors=True)
+    if path.is_symlink() or not path.is_dir():
+        path.unlink(missing_ok=True)  # the link itself, never what it points to
+    else:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def _owned_dir(path: Path) -> bool:
+    """Whether `path` is a folder (not a symlink) owned by this process's effective uid."""
+    try:
+        info = path.lstat()
+    except OSError:
+        return False
+    return stat.S_ISDIR(info.st_mode) and info.st_uid == os.geteuid()
+
+
+def _has_marker(folder: Path) -> bool:
+    """Whether `folder` holds a `COMMITTED` file (not a symlink; its owner is checked on read)."""
+    try:
+        return stat.S_ISREG((folder / MARKER).lstat().st_mode)
+    except OSError:
+        return False
+
+
+def _read_manifest(path: Path) -> dict[str, Any] | None:
+    """The JSON object in marker `path`; None if missing, unreadable or not an object.
+
+    Raises:
+        CheckpointCorruptError: the marker is a symlink, not a file, or not this uid's.
+    """
+    try:
+        with open_owned(path) as file:
+            payload = json.loads(file.read())
+    except CorruptStateError as exc:
+        raise CheckpointCorruptError(str(exc)) from exc
+    except (OSError, ValueError):
+        return None
+    return payload if isinstance(payload, dict) else None

@@ -53,7 +53,7 @@ def class_from_comment(comment: str) -> str | None:
     from slurm_hetsched.core.jobspec import JobSpecError, parse_job_spec
 
     try:
-        return parse_job_spec(comment, local_tz=UTC).job_class
+        return parse_job_spec(comment, local_tz=UTC, now_s=time.time()).job_class
     except JobSpecError:
         return None
 

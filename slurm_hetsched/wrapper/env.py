@@ -13,7 +13,8 @@ Variables (all optional):
     SLURM_GPUS_ON_NODE, SLURM_JOB_NUM_NODES, CUDA_VISIBLE_DEVICES
     HETSCHED_JOB_KEY                           set by the controller when it re-submits a job
     HETSCHED_STATE_DIR                         this job's state folder (the SPANK plugin sets it)
-    HETSCHED_STATE_ROOT                        else <root>/<job key>; else DEFAULT_STATE_ROOT
+    HETSCHED_STATE_ROOT                        else <root>/<uid>/<job key>; else under
+                                               DEFAULT_STATE_ROOT
     HETSCHED_SIGNAL                            checkpoint signal, e.g. USR2 (default), or "none"
     HETSCHED_LEASE_TIMEOUT_S                   pause this long at most after an ack (600)
     HETSCHED_CHECKPOINT_EVERY_STEPS / _S       periodic checkpoints (off / 1800 s)
@@ -32,7 +33,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from slurm_hetsched.core.jobspec import JobSpecError, check_job_key
 from slurm_hetsched.errors import ConfigError
+from slurm_hetsched.wrapper.files import state_folder
 
 DEFAULT_STATE_ROOT = Path("~/.hetsched/state")
 DEFAULT_SIGNAL = signal.SIGUSR2  # as submitit: NCCL's proxy thread used to catch SIGUSR1
@@ -139,10 +142,10 @@ class JobEnvironment:
         env = os.environ if environ is None else environ
         job_id = env.get("SLURM_JOB_ID_HET_GROUP_0") or env.get("SLURM_JOB_ID") or None
         job_key = env.get("HETSCHED_JOB_KEY") or job_id or LOCAL_JOB_KEY
-        if "/" in job_key or job_key in (".", ".."):
-            raise WrapperConfigError(
-                f"HETSCHED_JOB_KEY={job_key!r} cannot name a folder; use letters, digits, '-', '_'"
-            )
+        try:
+            check_job_key(job_key, "HETSCHED_JOB_KEY")
+        except JobSpecError as exc:
+            raise WrapperConfigError(str(exc)) from None
         return cls(
             job_id=job_id,
             job_key=job_key,
@@ -178,7 +181,9 @@ def _state_dir(env: Mapping[str, str], job_key: str) -> Path:
     if env.get("HETSCHED_STATE_DIR"):
         return Path(env["HETSCHED_STATE_DIR"]).expanduser()
     root = env.get("HETSCHED_STATE_ROOT")
-    return (Path(root).expanduser() if root else default_state_root()) / job_key
+    return state_folder(
+        Path(root).expanduser() if root else default_state_root(), os.geteuid(), job_key
+    )
 
 
 def _num_gpus(env: Mapping[str, str]) -> int:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import stat
 from pathlib import Path
 from typing import Any
 
@@ -64,20 +65,34 @@ def read_json(path: Path) -> dict[str, Any] | None:
     return payload if isinstance(payload, dict) else None
 
 
+def state_folder(root: Path, uid: int, key: str) -> Path:
+    """A job's state folder under a state root: `<root>/<uid>/<key>` (docs/security.md).
+
+    Root creates `<root>/<uid>` and hands it to the user before the user's jobs run, so no
+    one can create a folder in another user's part of a shared root.
+    """
+    return root / str(uid) / key
+
+
 def ensure_state_dir(path: Path) -> Path:
     """Create the job's state folder (mode 0700) if missing and check that it is safe to use.
 
-    Missing parents are created with mode 0700 too: a shared root that other users' jobs also
-    use must be made by an admin (mode 0711 with per-job folders made by the SPANK prolog, or
-    1733), see docs/job-side.md.
+    Missing parents are created with mode 0700 when this user may (a state root in the home
+    folder); on a shared root, root has made `<root>/<uid>` for us (the controller before it
+    released the job, or the SPANK job prolog), see docs/security.md.
+
+    The folder, and the `<uid>` folder above it when the layout has one, must be real folders
+    (not links) owned by this process's user, whatever that user is, root included: a folder
+    someone else made could hold a planted checkpoint.
 
     Returns:
         `path`, resolved.
 
     Raises:
-        StateDirError: it cannot be created, is not a folder, or belongs to another user (a job
-            of someone else with the same key, or a planted folder); the message says what to do.
+        StateDirError: it cannot be created, is not a folder, or belongs to another user; the
+            message says what to do.
     """
+    euid = os.geteuid()
     try:
         path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         path.mkdir(mode=0o700, exist_ok=True)
@@ -86,19 +101,28 @@ def ensure_state_dir(path: Path) -> Path:
             f"the job's state path {path} exists but is not a folder; remove it"
         ) from None
     except OSError as exc:
-        raise StateDirError(
-            f"cannot create the job's state folder {path}: {exc}; set HETSCHED_STATE_ROOT (or "
-            "HETSCHED_STATE_DIR) to a folder your jobs can write on every node"
-        ) from exc
-    info = path.stat()
-    euid = os.geteuid()
-    if info.st_uid != euid and euid != 0:
-        raise StateDirError(
-            f"the state folder {path} belongs to uid {info.st_uid}, not to you (uid {euid}); "
-            "another user's job may use the same key: set HETSCHED_JOB_KEY or HETSCHED_STATE_DIR"
+        hint = (
+            "the controller (or the SPANK plugin) creates it before the job starts; was the "
+            "job released by the controller?"
+            if path.parent.name == str(euid)
+            else "set HETSCHED_STATE_ROOT (or HETSCHED_STATE_DIR) to a folder your jobs can "
+            "write on every node"
         )
-    if info.st_mode & 0o077 and info.st_uid == euid:
-        # Checkpoints may hold private data and are unpickled on resume: nobody else may write.
+        raise StateDirError(f"cannot create the job's state folder {path}: {exc}; {hint}") from exc
+    checked = [path.parent, path] if path.parent.name == str(euid) else [path]
+    for folder in checked:
+        info = os.lstat(folder)
+        if stat.S_ISLNK(info.st_mode) or not stat.S_ISDIR(info.st_mode):
+            raise StateDirError(f"{folder} is a link or not a folder; refusing to use it")
+        if info.st_uid != euid:
+            raise StateDirError(
+                f"the state folder {folder} belongs to uid {info.st_uid}, not to you (uid "
+                f"{euid}); refusing it: someone else may have made it ahead of your job. Tell "
+                "your admin (docs/security.md)"
+            )
+    info = os.lstat(path)
+    if info.st_mode & 0o077:
+        # Checkpoints may hold private data: nobody else may read or write them.
         logger.warning("state folder %s had mode %o; setting 0700", path, info.st_mode & 0o777)
         os.chmod(path, 0o700)
     return path.resolve()

@@ -12,6 +12,9 @@ checkpoint_request.json (written by the controller just before its checkpoint si
     job_id, restart_count, requested_at. A signal that arrives while the job is still starting
     (before the wrapper's handler is installed, the template ignores it) is not lost: the
     wrapper looks for a request of its own run once its handlers are in place.
+resume_request.json (written by the controller when it calls a move off after the ack):
+    job_id, restart_count, requested_at. A job paused after its ack trains on at once instead
+    of waiting out its lease.
 
 Usable from any Python program; no PyTorch needed.
 """
@@ -34,6 +37,7 @@ logger = logging.getLogger(__name__)
 PROGRESS_FILE = "progress.json"
 ACK_FILE = "ack.json"
 REQUEST_FILE = "checkpoint_request.json"
+RESUME_FILE = "resume_request.json"
 DEFAULT_WINDOW_S = 60.0
 # A rate needs samples at least this far apart, so the first seconds do not report noise.
 _MIN_SPAN_S = 1.0
@@ -87,6 +91,23 @@ def checkpoint_requested(state_dir: Path, job_id: str | None, restart_count: int
     if payload is None or job_id is None:
         return False
     return str(payload.get("job_id")) == job_id and payload.get("restart_count") == restart_count
+
+
+def resume_requested(
+    state_dir: Path, job_id: str | None, restart_count: int, since: float
+) -> bool:
+    """Whether resume_request.json calls off the move of this very run, asked at or after
+    `since` (Unix seconds; the ack the pause follows), so an old request is not obeyed."""
+    payload = read_json(state_dir / RESUME_FILE)
+    if payload is None or job_id is None:
+        return False
+    at = payload.get("requested_at")
+    return (
+        str(payload.get("job_id")) == job_id
+        and payload.get("restart_count") == restart_count
+        and isinstance(at, int | float)
+        and at >= since
+    )
 
 
 def read_progress(state_dir: Path) -> dict[str, Any] | None:

@@ -6,7 +6,8 @@ step (`step_done`) it updates progress.json and, at this step boundary:
 - on SIGTERM: stops (raises `Terminated`, exit status 143), without a checkpoint;
 - on the checkpoint signal: writes a checkpoint, writes ack.json, then PAUSES: it neither
   exits nor trains, so the job stays RUNNING until the controller requeues it (SIGTERM ends
-  the pause at once). If no requeue comes within the lease timeout, it trains on and logs why.
+  the pause at once). If no requeue comes within the lease timeout, or the controller calls
+  the move off (resume_request.json), it trains on and logs why.
   A checkpoint signal while paused is answered with a fresh ack;
 - when a periodic checkpoint is due (every N steps or T seconds): writes it.
 
@@ -40,12 +41,15 @@ from slurm_hetsched.wrapper.progress import (
     Ack,
     ProgressReporter,
     checkpoint_requested,
+    resume_requested,
     write_ack,
 )
 from slurm_hetsched.wrapper.signals import SignalFlags
 
 logger = logging.getLogger(__name__)
 
+# How far the controller's clock may be behind this node's when it calls a move off.
+_CLOCK_SKEW_S = 60.0
 TERMINATED_EXIT_STATUS = 143  # 128 + SIGTERM, what a shell reports for a SIGTERM death
 SaveFn = Callable[[CheckpointWriter], None]
 LoadFn = Callable[[CheckpointReader], None]
@@ -362,11 +366,16 @@ class JobSession:
         if self._progress is not None:
             self._progress.update(self.step, status="paused", force=True)
         deadline = self._clock() + self.lease_timeout_s
+        # Requests are timed by the controller's clock, acks by this node's: allow some skew.
+        # The controller removes an old request before every signal, so none can linger.
+        acked_at = self._wall() - _CLOCK_SKEW_S
         while True:
             expired = self.is_rank_zero and self._clock() >= deadline
-            again, terminate, expired = self.collective.any(
-                [self.flags.take_checkpoint_request(), self.flags.terminate_requested, expired]
+            resume = self.is_rank_zero and resume_requested(
+                self.env.state_dir, self.env.job_id, self.env.restart_count, acked_at
             )
+            flags = [self.flags.take_checkpoint_request(), self.flags.terminate_requested]
+            again, terminate, expired, resume = self.collective.any([*flags, expired, resume])
             if terminate:
                 self._terminate("SIGTERM while paused (requeued, as the protocol expects)")
             if again:
@@ -376,6 +385,9 @@ class JobSession:
                 deadline = self._clock() + self.lease_timeout_s
                 logger.info("checkpoint signal while paused: acknowledged again")
                 continue
+            if resume:
+                logger.info("the controller called the move off: training on at step %d", self.step)
+                break
             if expired:
                 logger.warning(
                     "no requeue within the lease of %.0f s after the ack at step %d: resuming "

@@ -34,6 +34,7 @@ from slurm_hetsched.wrapper.checkpoint import CheckpointReader, CheckpointWriter
 from slurm_hetsched.wrapper.collective import Collective, LocalCollective
 from slurm_hetsched.wrapper.env import JobEnvironment
 from slurm_hetsched.wrapper.sampler import ResumableSampler
+from slurm_hetsched.wrapper.serialize import register_safe_type
 from slurm_hetsched.wrapper.session import JobSession
 
 logger = logging.getLogger(__name__)
@@ -126,6 +127,9 @@ class TorchTrainer:
         scaler: an AMP GradScaler (optional).
         stateful: further objects with state_dict()/load_state_dict(), by name.
         extras: a dict of your own picklable values; restored in place on resume.
+        safe_types: classes of yours that the state holds (in extras or a stateful's state),
+            registered with register_safe_type before resuming: loading a checkpoint builds
+            only allow-listed types (docs/job-side.md, "Loading checkpoints safely").
         env: the job environment (default: from os.environ).
         collective: how ranks agree (default: torch.distributed if initialised).
         **session_options: passed to JobSession (checkpoint_every_steps, checkpoint_every_s,
@@ -147,10 +151,13 @@ class TorchTrainer:
         scaler: Any | None = None,
         stateful: Mapping[str, Any] | None = None,
         extras: dict[str, Any] | None = None,
+        safe_types: Iterable[type] = (),
         env: JobEnvironment | None = None,
         collective: Collective | None = None,
         **session_options: Any,
     ) -> None:
+        for cls in safe_types:
+            register_safe_type(cls)
         self.model = model
         self.optimizer = optimizer
         self.lr_scheduler = lr_scheduler

@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -22,6 +24,7 @@ import pytest
 
 from slurm_hetsched.slurm import CliSlurmBackend, JobOptions, JobUpdate
 from slurm_hetsched.wrapper import Ack, Placement, read_ack, read_progress, write_placement
+from slurm_hetsched.wrapper.files import state_folder
 from slurm_hetsched.wrapper.template import render_template as fill_template
 from tests.integration.conftest import Submitter, backend, submit, wait_for  # noqa: F401
 
@@ -97,7 +100,8 @@ class FakeController:
         self.round = 0
 
     def state_dir(self, job_id: str) -> Path:
-        return self.state_root / job_id
+        """`<root>/<uid>/<key>`: the test's jobs run as the test's user."""
+        return state_folder(self.state_root, os.geteuid(), job_id)
 
     def write_placement(self, job_id: str, gpu_type: str, node: str) -> None:
         self.round += 1
@@ -164,6 +168,15 @@ def state_root(tmp_path: Path) -> Path:
     root = tmp_path / "state"
     root.mkdir(mode=0o700)
     return root
+
+
+@pytest.fixture
+def shared_root() -> Iterator[Path]:
+    """A folder under /tmp every user may traverse; only root may list it or create in it."""
+    root = Path(tempfile.mkdtemp(prefix="hetsched-e2e-users-", dir="/tmp"))
+    os.chmod(root, 0o711)
+    yield root
+    shutil.rmtree(root, ignore_errors=True)
 
 
 @pytest.fixture

@@ -25,6 +25,7 @@ from slurm_hetsched.core.policies import get_policy
 from slurm_hetsched.sim.replay import replay
 from slurm_hetsched.slurm import CliSlurmBackend, GpuRequest, JobOptions
 from slurm_hetsched.store.sqlite import SqliteStore
+from slurm_hetsched.wrapper.files import state_folder
 
 from .conftest import SEED, STEPS, JobLog, Submitter, job_environment, render_template, wait_for
 from .controller_harness import (
@@ -364,11 +365,12 @@ def test_cross_type_placement_resubmits_under_the_same_key(
         resubmit_environment={"HETSCHED_PYTHON": sys.executable, "SLURM_CONF": slurm_conf},
     )
     old = submit_managed(submit, state_root, gpus=2, step_time_s=0.1)
+    progress_file = state_folder(state_root, os.geteuid(), old) / "progress.json"
     ctl.once()
     wait_for(
         lambda: (
-            (json.loads((state_root / old / "progress.json").read_text()).get("step") or 0) >= 40
-            if (state_root / old / "progress.json").exists()
+            (json.loads(progress_file.read_text()).get("step") or 0) >= 40
+            if progress_file.exists()
             else None
         ),
         "the job trains",
@@ -405,7 +407,7 @@ def test_cross_type_placement_resubmits_under_the_same_key(
     logs = "".join(p.read_text() for p in sorted(submit.folder.glob("slurm-*.out")))
     log = JobLog.parse(logs)
     assert log.final_steps == STEPS and log.digest == reference_digest, logs[-3000:]
-    progress = json.loads((state_root / old / "progress.json").read_text())
+    progress = json.loads(progress_file.read_text())
     assert (progress["job_key"], str(progress["job_id"])) == (old, new)
     # Resumed, not restarted: step 1 ran once, and the steps never went back.
     steps = [step for step, _, _ in log.steps]

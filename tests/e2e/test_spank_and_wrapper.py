@@ -46,7 +46,7 @@ def test_plugin_options_set_the_wrappers_state_folder_and_signal(
     progress = controller.wait_progress(job, min_step=20)
     assert (progress["node"], progress["gpu_type"]) == ("n3", "k80")
 
-    folder = root / job
+    folder = controller.state_dir(job)  # <root>/<uid>/<key>
     mode = folder.stat().st_mode
     assert stat.S_IMODE(mode) == 0o700 and folder.stat().st_uid == os.getuid()
     assert not (tmp_path / ".hetsched").exists(), "the template's fallback root was used"

@@ -1,7 +1,9 @@
 """Another user's job cannot read a job's state folder (issue 6, part 4, last item).
 
 Two system users are created if absent (`useradd --system`, needs root). The state root is a
-mode 0711 folder under /tmp that both can traverse but not list. Alice's job runs the wrapper
+root-owned mode 0711 folder under /tmp that both can traverse but neither list nor write;
+`<root>/<uid>` is made by root for Alice before her job runs, as the controller does before it
+releases a job (docs/security.md). Alice's job runs the wrapper
 (examples/train_plain.py: the plain-Python session, so it needs an interpreter Alice can run
 and the checkout, not PyTorch); Bob's job only runs `cat` and `ls` on Alice's folder.
 """
@@ -9,100 +11,26 @@ and the checkout, not PyTorch); Bob's job only runs `cat` and `ls` on Alice's fo
 from __future__ import annotations
 
 import os
-import pwd
-import shutil
 import stat
-import subprocess
-import sys
-import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 
-import pytest
-
+from slurm_hetsched.controller.statefiles import JobFolder, write_placement
 from slurm_hetsched.slurm import CliSlurmBackend, JobOptions
 from slurm_hetsched.wrapper import read_progress
 
-from .conftest import REPO, TRAIN_PLAIN, Submitter, render_template, wait_for
-
-ALICE, BOB = "hetsched-alice", "hetsched-bob"
-
-
-def _ensure_user(name: str) -> pwd.struct_passwd:
-    try:
-        return pwd.getpwnam(name)
-    except KeyError:
-        pass
-    if os.geteuid() != 0:
-        pytest.skip(f"user {name} is missing and only root can create it")
-    subprocess.run(
-        ["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", name],
-        check=True,
-        capture_output=True,
-        timeout=30,
-    )
-    return pwd.getpwnam(name)
-
-
-def _python_for(user: str) -> tuple[str, dict[str, str]]:
-    """An interpreter `user` can run that imports the wrapper, and the variables it needs.
-
-    This venv's interpreter first; if the user cannot run it (e.g. it lives under /root,
-    mode 0700), the system Python with this checkout on PYTHONPATH (the plain-Python part of
-    the wrapper needs only the standard library).
-    """
-    candidates = [(sys.executable, {}), ("/usr/bin/python3", {"PYTHONPATH": str(REPO)})]
-    for python, extra in candidates:
-        probe = subprocess.run(
-            [
-                "runuser",
-                "-u",
-                user,
-                "--",
-                "env",
-                *[f"{k}={v}" for k, v in extra.items()],
-                python,
-                "-c",
-                "import slurm_hetsched.wrapper",
-            ],
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=False,
-            cwd="/",
-        )
-        if probe.returncode == 0:
-            return python, extra
-    pytest.fail(
-        f"no Python that {user} can run imports slurm_hetsched.wrapper; make the project's "
-        f"environment readable by other users (tried {[c[0] for c in candidates]})"
-    )
-
-
-@pytest.fixture
-def shared_root() -> Iterator[Path]:
-    root = Path(tempfile.mkdtemp(prefix="hetsched-e2e-users-", dir="/tmp"))
-    os.chmod(root, 0o711)  # everyone may traverse, nobody but root may list or create
-    yield root
-    shutil.rmtree(root, ignore_errors=True)
-
-
-def _output_folder(root: Path, user: pwd.struct_passwd) -> Path:
-    folder = root / f"out-{user.pw_name}"
-    folder.mkdir()
-    os.chown(folder, user.pw_uid, user.pw_gid)
-    return folder
+from .conftest import TRAIN_PLAIN, Submitter, render_template, wait_for
+from .users import ALICE, BOB, ensure_user, output_folder, python_for
 
 
 def test_other_users_job_cannot_read_state_folder(
     backend: CliSlurmBackend, submit: Submitter, shared_root: Path
 ) -> None:
-    alice, bob = _ensure_user(ALICE), _ensure_user(BOB)
-    python, extra = _python_for(ALICE)
-    # Per-user state under the shared root; the wrapper creates <root>/<key> with mode 0700.
+    alice, bob = ensure_user(ALICE), ensure_user(BOB)
+    python, extra = python_for(ALICE)
+    # The shared root as an admin makes it: root's, nobody else may write it.
     state_root = shared_root / "state"
     state_root.mkdir()
-    os.chmod(state_root, 0o1733)  # any user may create (not list); sticky: not delete others'
+    os.chmod(state_root, 0o711)
     base_env = {
         "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
         "HOME": "/tmp",
@@ -114,7 +42,7 @@ def test_other_users_job_cannot_read_state_folder(
         script=TRAIN_PLAIN,
         comment="hetsched:class=LM (batch size 20);steps=60",
     )
-    alice_out = _output_folder(shared_root, alice)
+    alice_out = output_folder(shared_root, alice)
     alice_job = backend.submit(
         script,
         [
@@ -135,14 +63,18 @@ def test_other_users_job_cannot_read_state_folder(
         gid=alice.pw_gid,
     )
     submit.job_ids.append(alice_job)
+    # What the controller does before the release: <root>/<uid>/<key>, handed to Alice.
+    job_folder = JobFolder(state_root, alice.pw_uid, alice_job, alice.pw_gid)
+    write_placement(job_folder, {"round": 1, "gpu_type": "k80", "num_gpus": 1, "nodes": ["n3"]})
     backend.release(alice_job)
-    folder = state_root / alice_job
+    folder = job_folder.path
     progress = wait_for(lambda: read_progress(folder), f"progress of alice's job {alice_job}", 45)
     assert progress["job_id"] == alice_job
-    info = folder.stat()
-    assert (info.st_uid, stat.S_IMODE(info.st_mode)) == (alice.pw_uid, 0o700)
+    for level in (folder.parent, folder):
+        info = level.stat()
+        assert (info.st_uid, stat.S_IMODE(info.st_mode)) == (alice.pw_uid, 0o700)
 
-    bob_out = _output_folder(shared_root, bob)
+    bob_out = output_folder(shared_root, bob)
     bob_script = (
         "#!/bin/bash\n"
         f'cat {folder}/progress.json; echo "cat-exit=$?"\n'

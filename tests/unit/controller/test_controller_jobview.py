@@ -33,14 +33,9 @@ NODES = [
 
 
 def view(jobs: list[SlurmJob], nodes: list[SlurmNode] | None = None, **kwargs: object) -> SlurmView:
-    return build_view(
-        jobs,
-        NODES if nodes is None else nodes,
-        now_s=10_000.0,
-        table=TABLE,
-        local_tz=TZ,
-        **kwargs,  # type: ignore[arg-type]
-    )
+    options: dict[str, object] = {"now_s": 10_000.0, "table": TABLE, "local_tz": TZ}
+    options.update(kwargs)
+    return build_view(jobs, NODES if nodes is None else nodes, **options)  # type: ignore[arg-type]
 
 
 def snapshot_job(v: SlurmView, key: str) -> Job:
@@ -316,7 +311,9 @@ def test_without_a_report_the_whole_job_remains() -> None:
 
 def test_spec_fields_reach_the_snapshot() -> None:
     comment = f"hetsched:class={RESNET};steps=100;weight=2.5;due=2030-01-01T00:00Z;tw=0.5"
-    job = snapshot_job(view([held("95", comment=comment, user="bob")]), "95")
+    # Due dates are taken within ten years of the observation.
+    v = view([held("95", comment=comment, user="bob")], now_s=1_800_000_000.0)
+    job = snapshot_job(v, "95")
     assert (job.weight, job.tardiness_weight, job.user) == (2.5, 0.5, "bob")
     assert job.due_s == 1_893_456_000.0
 
@@ -333,3 +330,88 @@ def test_jobs_are_refused_when_no_gpu_type_of_the_cluster_is_profiled() -> None:
     assert refused_view.managed == {} and refused_view.unprofiled_gpu_types == ("h100",)
     (refused,) = refused_view.rejected
     assert "no GPU type of this cluster is in the throughput table" in refused.reason
+
+
+# ----------------------------------------------------------------------------------------------
+# Hostile input: every bad job is refused on its own, the others are managed
+
+
+HOSTILE_COMMENTS = [
+    "hetsched:class=" + RESNET + ";steps=" + "9" * 400,
+    "hetsched:class=" + RESNET + ";steps=1;weight=1e308",
+    "hetsched:class=" + RESNET + ";steps=1;weight=nan",
+    "hetsched:class=" + RESNET + ";steps=1;tw=inf",
+    "hetsched:class=" + RESNET + ";steps=1;key=..",
+    "hetsched:class=" + RESNET + ";steps=1;key=a/b",
+    "hetsched:class=" + RESNET + ";steps=1;key=" + "k" * 65,
+    "hetsched:class=$(reboot);steps=1",
+    "hetsched:class=" + RESNET + ";steps=1;steps=2",
+]
+
+
+def test_hostile_specs_are_refused_one_by_one_and_the_rest_is_managed() -> None:
+    jobs = [held(str(100 + i), comment=c) for i, c in enumerate(HOSTILE_COMMENTS)]
+    v = view([*jobs, held("1"), held("2")], now_s=1_800_000_000.0)
+    assert sorted(v.managed) == ["1", "2"]
+    assert sorted(r.job_id for r in v.rejected) == sorted(j.job_id for j in jobs)
+    assert all(len(r.reason) < 200 for r in v.rejected), "reasons go into admin comments"
+    assert "9" * 50 not in " ".join(r.reason for r in v.rejected)
+
+
+def test_a_job_that_cannot_be_requeued_is_refused() -> None:
+    v = view([dataclasses.replace(held("5"), requeue=False)])
+    assert v.managed == {} and "cannot be requeued" in reason_of(v, "5")
+
+
+def test_a_job_without_a_user_id_is_refused() -> None:
+    v = view([held("5", user_id=None)])
+    assert v.managed == {} and "no user id" in reason_of(v, "5")
+
+
+def test_another_users_job_naming_a_bound_key_is_refused_not_the_owner() -> None:
+    owner = running("1", "n1", "v100", comment=SPEC + ";key=mine", user="alice", user_id=1000)
+    thief = held("2", comment=SPEC + ";key=mine", user="mallory", user_id=666, submit_time=1)
+    first = view([owner])
+    assert sorted(first.managed) == ["mine"]
+    # The thief's job is older by submit time and newer by id: the binding and the id decide.
+    v = view([owner, thief], key_bindings=first.key_bindings)
+    assert sorted(v.managed) == ["mine"] and v.managed["mine"].slurm_id == "1"
+    assert reason_of(v, "2") == "job key 'mine' belongs to user alice (job 1)"
+    assert v.key_bindings["mine"].uid == 1000
+
+
+def test_two_jobs_of_one_user_with_one_key_keep_the_newer() -> None:
+    old = held("1", comment=SPEC + ";key=run")
+    new = held("2", comment=SPEC + ";key=run")
+    v = view([old, new])
+    assert v.managed["run"].slurm_id == "2" and "also used by job 2" in reason_of(v, "1")
+
+
+def test_copies_share_a_key_and_are_told_apart() -> None:
+    first = held("1", comment=SPEC + ";key=run")
+    copy = held("2", comment=SPEC + ";key=run;copy=1")
+    v = view([first, copy])
+    assert sorted(v.managed) == ["run", "run#1"]
+    assert v.managed["run#1"].job_key == "run" and v.managed["run#1"].copy == 1
+    assert sorted(j.key for j in v.snapshot.jobs) == ["run", "run#1"]
+
+
+def test_a_set_aside_job_is_refused_until_its_comment_changes() -> None:
+    from slurm_hetsched.controller.jobview import SetAside
+
+    aside = {"7": SetAside(SPEC, "the policy fails with this job alone", 3)}
+    v = view([held("7")], set_aside=aside)
+    assert v.managed == {} and reason_of(v, "7").startswith("set aside in round 3")
+    assert dict(v.set_aside) == aside, "still in force, so kept"
+    edited = view([held("7", comment=SPEC + ";tw=0.5")], set_aside=aside)
+    assert sorted(edited.managed) == ["7"] and dict(edited.set_aside) == {}
+
+
+def test_a_progress_reader_that_fails_costs_only_that_jobs_report() -> None:
+    def progress(job):  # type: ignore[no-untyped-def]
+        if job.key == "1":
+            raise RuntimeError("boom")
+        return Progress(step=5)
+
+    v = view([held("1"), held("2")], progress=progress)
+    assert sorted(v.managed) == ["1", "2"] and sorted(v.progress) == ["2"]

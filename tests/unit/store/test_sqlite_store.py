@@ -3,6 +3,7 @@ where a crashed controller stopped), actions journal pending -> done/failed, and
 
 from __future__ import annotations
 
+import json
 import sqlite3
 from pathlib import Path
 
@@ -125,3 +126,41 @@ def test_codec_keeps_a_jobs_measured_rates() -> None:
     measured = replace(snapshot, jobs=(job, *snapshot.jobs[1:]))
     again = snapshot_from_json(snapshot_to_json(measured))
     assert again == measured and dict(again.jobs[0].measured_steps_per_s) == {"v100": 12.5}
+
+
+def test_key_bindings_and_set_aside_jobs_survive_a_reopen(tmp_path: Path) -> None:
+    db = tmp_path / "rounds.sqlite"
+    store = SqliteStore(db)
+    binding = {
+        "key": "train",
+        "uid": 1000,
+        "user": "alice",
+        "job_id": "17",
+        "submit_s": 5.0,
+        "bound_s": 6.0,
+        "ended_s": None,
+    }
+    store.save_key_bindings([binding, {**binding, "key": "17", "ended_s": 9.5}])
+    aside = {"job": "k#1", "comment": "hetsched:x", "reason": "why", "round": 3}
+    store.save_set_aside([aside])
+    store.close()
+    again = SqliteStore(db)
+    assert sorted(again.key_bindings(), key=lambda r: r["key"]) == [
+        {**binding, "key": "17", "ended_s": 9.5},
+        binding,
+    ]
+    assert again.set_aside() == [aside]
+    again.save_key_bindings([])
+    assert again.key_bindings() == [], "saving replaces every binding"
+    again.close()
+
+
+def test_a_plans_set_aside_jobs_read_back(tmp_path: Path) -> None:
+    from slurm_hetsched.core.model import RoundPlan
+    from slurm_hetsched.store.codec import plan_from_json, plan_to_json
+
+    plan = RoundPlan(round=3, set_aside={"j5": "the policy fails with this job alone"})
+    assert plan_from_json(json.loads(json.dumps(plan_to_json(plan)))) == plan
+    old = plan_to_json(RoundPlan(round=2))
+    del old["set_aside"]
+    assert plan_from_json(old).set_aside == {}, "rounds stored before the field read back"

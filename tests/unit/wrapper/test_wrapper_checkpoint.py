@@ -13,6 +13,7 @@ import pytest
 from slurm_hetsched.wrapper.checkpoint import (
     MARKER,
     CheckpointCorruptError,
+    CheckpointError,
     CheckpointReader,
     CheckpointStore,
     CheckpointWriter,
@@ -179,3 +180,100 @@ def test_checkpoint_files_are_private(tmp_path: Path) -> None:
     path = store.save(1, writer_of(1))
     assert (path.stat().st_mode & 0o777) == 0o700
     assert os.stat(path / MARKER).st_mode & 0o077 == 0
+
+
+def needs_root() -> None:
+    if os.geteuid() != 0:
+        pytest.skip("needs root to give a folder to another uid (os.chown)")
+
+
+def planted_elsewhere(tmp_path: Path, step: int) -> Path:
+    """A valid committed checkpoint in another folder (as another user's would be)."""
+    other = CheckpointStore(tmp_path / "other")
+    (tmp_path / "other").mkdir()
+    return other.save(step, writer_of("planted"))
+
+
+def test_a_symlinked_or_non_folder_checkpoint_is_skipped_with_a_warning(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    folder = tmp_path / "state"
+    folder.mkdir()
+    store = CheckpointStore(folder)
+    store.save(10, writer_of("mine"))
+    target = planted_elsewhere(tmp_path, 30)
+    (folder / "ckpt-30").symlink_to(target)
+    (folder / "ckpt-40").write_text("not a folder")
+    with caplog.at_level(logging.WARNING):
+        assert [info.step for info in store.checkpoints()] == [10]
+        found = store.load_latest(load_value)
+    assert found is not None and found[1] == "mine"
+    assert "ckpt-30: it is a symbolic link (owner uid" in caplog.text
+    assert "ckpt-40: it is not a folder (owner uid" in caplog.text
+    store.save(20, writer_of("next"))  # prune leaves what is not ours alone
+    assert (folder / "ckpt-30").is_symlink() and (target / MARKER).is_file()
+
+
+def test_saving_over_a_planted_symlink_replaces_the_link_not_its_target(tmp_path: Path) -> None:
+    folder = tmp_path / "state"
+    folder.mkdir()
+    target = planted_elsewhere(tmp_path, 30)
+    (folder / "ckpt-30").symlink_to(target)
+    store = CheckpointStore(folder)
+    store.save(30, writer_of("mine"))
+    assert not (folder / "ckpt-30").is_symlink()
+    assert store.load_latest(load_value)[1] == "mine"  # type: ignore[index]
+    assert (target / MARKER).is_file() and (target / "state.bin").is_file()
+
+
+def test_a_marker_that_is_a_symlink_does_not_commit(tmp_path: Path) -> None:
+    store = CheckpointStore(tmp_path)
+    store.save(10, writer_of("good"))
+    store.save(20, writer_of("other"))
+    marker = tmp_path / "ckpt-20" / MARKER
+    marker.rename(tmp_path / "manifest.json")
+    marker.symlink_to(tmp_path / "manifest.json")
+    assert [info.committed for info in store.checkpoints()] == [False, True]
+    assert store.load_latest(load_value)[1] == "good"  # type: ignore[index]
+
+
+def test_a_checkpoint_folder_of_another_uid_is_skipped(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    needs_root()
+    store = CheckpointStore(tmp_path)
+    store.save(10, writer_of("mine"))
+    store.save(20, writer_of("planted"))
+    os.chown(tmp_path / "ckpt-20", 12345, 12345)
+    with caplog.at_level(logging.WARNING):
+        found = store.load_latest(load_value)
+    assert found is not None and found[1] == "mine"
+    assert "ckpt-20: it belongs to uid 12345, not to this job's uid 0" in caplog.text
+
+
+@pytest.mark.parametrize("name", [MARKER, "state.bin"])
+def test_a_file_of_another_uid_in_a_checkpoint_is_skipped(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, name: str
+) -> None:
+    needs_root()
+    store = CheckpointStore(tmp_path)
+    store.save(10, writer_of("mine"))
+    store.save(20, writer_of("planted"))
+    os.chown(tmp_path / "ckpt-20" / name, 12345, 12345)
+    with caplog.at_level(logging.WARNING):
+        found = store.load_latest(load_value)
+    assert found is not None and found[1] == "mine"
+    assert f"ckpt-20/{name} belongs to uid 12345" in caplog.text
+
+
+def test_a_symlink_written_into_a_checkpoint_fails_the_save(tmp_path: Path) -> None:
+    (tmp_path / "elsewhere.txt").write_text("x")
+    store = CheckpointStore(tmp_path / "state")
+    (tmp_path / "state").mkdir()
+
+    def write(writer: CheckpointWriter) -> None:
+        writer.path("notes.txt").symlink_to(tmp_path / "elsewhere.txt")
+
+    with pytest.raises(CheckpointError, match="symlink"):
+        store.save(1, write)
+    assert list((tmp_path / "state").iterdir()) == []

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import signal
 from pathlib import Path
 
@@ -15,6 +16,8 @@ from slurm_hetsched.wrapper.env import (
     parse_signal,
 )
 
+UID = str(os.geteuid())
+
 
 def test_outside_slurm_everything_has_a_default() -> None:
     env = JobEnvironment.from_environ({})
@@ -22,7 +25,7 @@ def test_outside_slurm_everything_has_a_default() -> None:
     assert env.job_key == "local"
     assert env.restart_count == 0
     assert (env.rank, env.local_rank, env.world_size) == (0, 0, 1)
-    assert env.state_dir == default_state_root() / "local"
+    assert env.state_dir == default_state_root() / UID / "local"
     assert env.checkpoint_signal is signal.SIGUSR2
     assert env.lease_timeout_s == DEFAULT_LEASE_TIMEOUT_S
     assert env.checkpoint_every_steps is None and env.checkpoint_every_s == 1800
@@ -46,7 +49,7 @@ def test_slurm_variables() -> None:
     assert (env.job_id, env.job_key, env.restart_count) == ("17", "17", 2)
     assert (env.rank, env.local_rank, env.world_size, env.node) == (3, 1, 4, "n1")
     assert env.num_gpus == 4
-    assert env.state_dir == Path("/shared/state/17")
+    assert env.state_dir == Path("/shared/state", UID, "17"), "<root>/<uid>/<key>"
 
 
 def test_missing_restart_count_is_zero() -> None:
@@ -63,9 +66,9 @@ def test_heterogeneous_job_uses_the_leaders_id() -> None:
 
 def test_job_key_and_state_dir_precedence() -> None:
     base = {"SLURM_JOB_ID": "9", "HETSCHED_STATE_ROOT": "/r"}
-    assert JobEnvironment.from_environ(base).state_dir == Path("/r/9")
+    assert JobEnvironment.from_environ(base).state_dir == Path("/r", UID, "9")
     keyed = JobEnvironment.from_environ({**base, "HETSCHED_JOB_KEY": "k-1"})
-    assert (keyed.job_id, keyed.job_key, keyed.state_dir) == ("9", "k-1", Path("/r/k-1"))
+    assert (keyed.job_id, keyed.job_key, keyed.state_dir) == ("9", "k-1", Path("/r", UID, "k-1"))
     explicit = JobEnvironment.from_environ({**base, "HETSCHED_STATE_DIR": "/elsewhere/x"})
     assert explicit.state_dir == Path("/elsewhere/x")
 

@@ -3,12 +3,18 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
 from wrapper_fakes import FakeClock, make_env
 
-from slurm_hetsched.wrapper.files import StateDirError, ensure_state_dir
+from slurm_hetsched.wrapper.files import (
+    StateDirError,
+    ensure_state_dir,
+    state_folder,
+    write_json_atomic,
+)
 from slurm_hetsched.wrapper.placement import (
     Placement,
     expand_hostlist,
@@ -16,7 +22,13 @@ from slurm_hetsched.wrapper.placement import (
     resolve_gpu_type,
     write_placement,
 )
-from slurm_hetsched.wrapper.progress import Ack, ProgressReporter, read_ack, write_ack
+from slurm_hetsched.wrapper.progress import (
+    Ack,
+    ProgressReporter,
+    read_ack,
+    resume_requested,
+    write_ack,
+)
 
 PROGRESS_KEYS = {
     "job_key",
@@ -133,3 +145,50 @@ def test_state_dir_is_created_private(tmp_path: Path) -> None:
     (tmp_path / "file").write_text("x")
     with pytest.raises(StateDirError, match="not a folder"):
         ensure_state_dir(tmp_path / "file")
+
+
+needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="only root can give a folder away")
+
+
+@needs_root
+def test_a_state_folder_of_another_user_is_refused_even_by_root(tmp_path: Path) -> None:
+    """Root's jobs get no exemption: a folder someone made ahead of the job may hold a
+    planted checkpoint."""
+    uid = os.geteuid()
+    planted = tmp_path / "root" / str(uid) / "43"
+    planted.mkdir(parents=True)
+    os.chown(planted, 4242, 4242)
+    with pytest.raises(StateDirError, match="belongs to uid 4242"):
+        ensure_state_dir(planted)
+    os.chown(planted, uid, -1)
+    os.chown(planted.parent, 4242, 4242)
+    with pytest.raises(StateDirError, match="belongs to uid 4242"):
+        ensure_state_dir(planted)
+
+
+def test_a_symlinked_state_folder_is_refused(tmp_path: Path) -> None:
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir(mode=0o700)
+    link = tmp_path / "root" / str(os.geteuid()) / "44"
+    link.parent.mkdir(parents=True)
+    link.symlink_to(elsewhere)
+    with pytest.raises(StateDirError, match="link"):
+        ensure_state_dir(link)
+
+
+def test_the_layout_is_root_uid_key(tmp_path: Path) -> None:
+    assert state_folder(tmp_path, 1000, "k") == tmp_path / "1000" / "k"
+    folder = ensure_state_dir(state_folder(tmp_path / "r", os.geteuid(), "k"))
+    assert folder.parent.stat().st_mode & 0o777 == 0o700
+
+
+def test_a_resume_request_is_obeyed_only_for_this_run_and_after_the_ack(tmp_path: Path) -> None:
+    write_json_atomic(
+        tmp_path / "resume_request.json",
+        {"job_id": "7", "restart_count": 1, "requested_at": 100.0},
+    )
+    assert resume_requested(tmp_path, "7", 1, since=90.0)
+    assert not resume_requested(tmp_path, "7", 1, since=101.0), "an older call-off"
+    assert not resume_requested(tmp_path, "7", 2, since=90.0), "another run"
+    assert not resume_requested(tmp_path, "8", 1, since=90.0), "another job"
+    assert not resume_requested(tmp_path, None, 1, since=90.0)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import zlib
 from pathlib import Path
 
@@ -12,8 +13,10 @@ import torch
 from slurm_hetsched.wrapper.serialize import (
     CorruptStateError,
     FileDigest,
+    UntrustedFileError,
     digest_file,
     load_object,
+    open_owned,
     read_verified,
     save_object,
 )
@@ -120,3 +123,35 @@ def test_refuses_to_overwrite(tmp_path: Path) -> None:
     path.write_bytes(b"old")
     with pytest.raises(FileExistsError):
         save_object({"a": 1}, path)
+
+
+def needs_root() -> None:
+    if os.geteuid() != 0:
+        pytest.skip("needs root to give a file to another uid (os.chown)")
+
+
+def test_a_symlinked_file_is_not_followed(tmp_path: Path) -> None:
+    real = tmp_path / "real.bin"
+    digest = save_object({"a": 1}, real)
+    link = tmp_path / "s.bin"
+    link.symlink_to(real)
+    with pytest.raises(UntrustedFileError, match="symbolic link"):
+        read_verified(link, digest)
+
+
+def test_a_fifo_is_refused_without_blocking(tmp_path: Path) -> None:
+    fifo = tmp_path / "s.bin"
+    os.mkfifo(fifo)
+    with pytest.raises(UntrustedFileError, match="not a regular file"):
+        read_verified(fifo, FileDigest(0, 0))
+
+
+def test_a_file_of_another_uid_is_refused(tmp_path: Path) -> None:
+    needs_root()
+    path = tmp_path / "s.bin"
+    digest = save_object({"a": 1}, path)
+    os.chown(path, 12345, 12345)
+    with pytest.raises(UntrustedFileError, match=r"s\.bin belongs to uid 12345.*uid 0"):
+        read_verified(path, digest)
+    with pytest.raises(UntrustedFileError, match="12345"):
+        open_owned(path)

@@ -98,6 +98,35 @@ def test_signal_checkpoints_acks_and_pauses_until_the_lease_ends(
     assert final is not None and final["status"] == "done" and final["step"] == 10
 
 
+def test_a_resume_request_ends_the_pause_at_once(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The controller called the move off (the requeue failed): the job trains on at once,
+    not after its lease; a request of another run is not obeyed."""
+    clock, counter = FakeClock(), Counter()
+    state = tmp_path / "state"
+
+    def controller(n: int) -> None:
+        if n == 3:  # another run's request: ignored
+            request = {"job_id": "42", "restart_count": 1, "requested_at": clock.wall()}
+            (state / "resume_request.json").write_text(json.dumps(request))
+        if n == 5:
+            request = {"job_id": "42", "restart_count": 0, "requested_at": clock.wall()}
+            (state / "resume_request.json").write_text(json.dumps(request))
+
+    clock.on_sleep = controller
+    session = session_for(tmp_path, counter, clock, lease_timeout_s=600.0)
+    with caplog.at_level(logging.INFO), session:
+        while not session.finished:
+            counter.seen.append(session.step)
+            if session.step == 3:
+                raise_signal(signal.SIGUSR2)
+            session.step_done()
+    assert clock.sleeps == 5, "resumed at the first poll after the request, not after 600 s"
+    assert "the controller called the move off" in caplog.text
+    assert counter.seen == list(range(10))
+
+
 def test_sigterm_while_paused_ends_the_job_promptly(tmp_path: Path) -> None:
     clock, counter = FakeClock(), Counter()
     clock.on_sleep = lambda n: raise_signal(signal.SIGTERM) if n == 5 else None

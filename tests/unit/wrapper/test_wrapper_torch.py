@@ -8,6 +8,7 @@ import random
 import signal
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -15,10 +16,12 @@ import numpy as np
 import pytest
 import torch
 import torch.multiprocessing as mp
+import torch.optim.lr_scheduler as sched
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 from wrapper_fakes import FakeClock, make_env, no_gpus
 
+import slurm_hetsched.wrapper.safe_unpickle as safe_unpickle
 from slurm_hetsched.wrapper import ResumableSampler, TorchTrainer
 from slurm_hetsched.wrapper.session import Terminated
 
@@ -186,6 +189,115 @@ def test_sampler_order_and_position() -> None:
     ]
     assert [len(s) for s in shards] == [4, 4, 4]
     assert set().union(*shards) == set(range(10))
+
+
+# ------------------------------------------------------------------- the whole state, safely
+@dataclass(frozen=True, slots=True)
+class RunConfig:
+    """A user type in extras (registered with safe_types=)."""
+
+    name: str
+    warmup: int
+
+
+SCHEDULERS: dict[str, Callable[[Any], Any]] = {
+    "step": lambda opt: sched.StepLR(opt, step_size=3, gamma=0.5),
+    "lambda": lambda opt: sched.LambdaLR(opt, lambda epoch: 0.95**epoch),
+    "one_cycle": lambda opt: sched.OneCycleLR(opt, max_lr=0.1, total_steps=50),
+    "cosine": lambda opt: sched.CosineAnnealingLR(opt, T_max=7),
+    "sequential": lambda opt: sched.SequentialLR(
+        opt,
+        [sched.LinearLR(opt, 0.1, total_iters=3), sched.CosineAnnealingLR(opt, T_max=5)],
+        milestones=[3],
+    ),
+}
+
+
+def assert_same(a: Any, b: Any, where: str = "state") -> None:
+    """Equal values, tensors and arrays bit for bit (dtype and shape included)."""
+    assert type(a) is type(b), where
+    if isinstance(a, torch.Tensor):
+        assert a.dtype == b.dtype and a.shape == b.shape, where
+        assert a.contiguous().view(-1).view(torch.uint8).equal(b.view(-1).view(torch.uint8))
+    elif isinstance(a, np.ndarray):
+        assert a.dtype == b.dtype and a.tobytes() == b.tobytes(), where
+    elif isinstance(a, dict):
+        assert list(a) == list(b), where
+        for key in a:
+            assert_same(a[key], b[key], f"{where}[{key!r}]")
+    elif isinstance(a, list | tuple):
+        assert len(a) == len(b), where
+        for index, (x, y) in enumerate(zip(a, b, strict=True)):
+            assert_same(x, y, f"{where}[{index}]")
+    else:
+        assert a == b, where
+
+
+@pytest.mark.parametrize("scheduler", list(SCHEDULERS))
+@pytest.mark.parametrize("optimizer_kind", ["adam", "sgd"])
+def test_the_whole_trainer_state_loads_bit_identically(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, optimizer_kind: str, scheduler: str
+) -> None:
+    """Everything a TorchTrainer saves loads under the allow-list, exactly."""
+    monkeypatch.setattr(safe_unpickle, "_registered", {})
+
+    def make(seed: int) -> TorchTrainer:
+        torch.manual_seed(seed)
+        model = nn.Sequential(nn.Linear(4, 8), nn.BatchNorm1d(8), nn.ReLU(), nn.Linear(8, 1))
+        if optimizer_kind == "adam":
+            optimizer: Any = torch.optim.Adam(model.parameters(), lr=1e-2, amsgrad=True)
+        else:
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9, nesterov=True)
+        return TorchTrainer(
+            model,
+            optimizer,
+            total_steps=6,
+            lr_scheduler=SCHEDULERS[scheduler](optimizer),
+            scaler=torch.amp.GradScaler("cpu", init_scale=256.0, growth_interval=2),
+            stateful={"sampler": ResumableSampler(40, seed=seed)},
+            extras={},
+            safe_types=[RunConfig],
+            env=make_env(tmp_path),
+            gpu_lookup=no_gpus,
+        )
+
+    first = make(0)
+    with first:
+        first.stateful["sampler"].set_position(1, 5)
+        first.extras.update(
+            best=np.float64(0.25),
+            count=np.int64(6),
+            flag=np.bool_(True),
+            history=[np.float32(1.5), 2.0],
+            config=RunConfig("a", 3),
+        )
+        optimizer, scaler = first.optimizer, first.scaler
+        assert optimizer is not None
+        for _ in first.steps():
+            loss = first.model(torch.randn(5, 4)).pow(2).mean()
+            optimizer.zero_grad()
+            scaler.scale(loss).backward()
+            scaler.step(optimizer)
+            scaler.update()
+            first.lr_scheduler.step()
+            np.random.rand()
+            random.random()
+        first.checkpoint()
+        rngs = (random.getstate(), torch.get_rng_state(), np.random.get_state())
+    scramble_rngs()
+    second = make(1)
+    with second:
+        assert second.step == 6 and second.session.resumed_from is not None
+        assert_same(random.getstate(), rngs[0], "python rng")
+        assert_same(torch.get_rng_state(), rngs[1], "torch rng")
+        assert_same(np.random.get_state(), rngs[2], "numpy rng")
+    assert_same(second.model.state_dict(), first.model.state_dict(), "model")
+    assert first.optimizer is not None and second.optimizer is not None
+    assert_same(second.optimizer.state_dict(), first.optimizer.state_dict(), "optimizer")
+    assert_same(second.lr_scheduler.state_dict(), first.lr_scheduler.state_dict(), "scheduler")
+    assert_same(second.scaler.state_dict(), first.scaler.state_dict(), "scaler")
+    assert_same(second.stateful["sampler"].state_dict(), {"epoch": 1, "offset": 5, "seed": 0})
+    assert_same(second.extras, first.extras, "extras")
 
 
 # ------------------------------------------------------------------- distributed (gloo)
