@@ -30,9 +30,9 @@ from slurm_hetsched.controller.statefiles import JobFolder, write_placement
 from slurm_hetsched.slurm import CliSlurmBackend, GpuRequest, JobOptions, SlurmJob
 from slurm_hetsched.wrapper.files import state_folder
 
+from ..users import ALICE, BOB, ensure_user, python_for, run_as
 from .conftest import TRAIN_PLAIN, Submitter, render_template, wait_for
 from .controller_harness import LiveController
-from .users import ALICE, BOB, ensure_user, output_folder, python_for, run_as
 
 LM = "LM (batch size 20)"
 STEPS = 40
@@ -45,6 +45,34 @@ def state_root(shared_root: Path) -> Path:
     root.mkdir()
     os.chmod(root, 0o711)
     return root
+
+
+@pytest.fixture
+def out(shared_root: Path) -> Path:
+    """Where every user's jobs write their output."""
+    folder = shared_root / "out"
+    folder.mkdir()
+    os.chmod(folder, 0o777)
+    return folder
+
+
+def run_until_finished(
+    ctl: LiveController, backend: CliSlurmBackend, job_ids: list[str], timeout_s: float
+) -> None:
+    """Run the controller as a service until every job of `job_ids` COMPLETED."""
+    service = ctl.start()
+    try:
+
+        def done() -> bool:
+            jobs = admin_comments(backend, job_ids)
+            return len(jobs) == len(job_ids) and all(
+                j.state.value == "COMPLETED" for j in jobs.values()
+            )
+
+        wait_for(done, f"jobs {job_ids} to finish", timeout_s, every_s=1.0)
+    finally:
+        service.send_signal(signal.SIGTERM)
+        service.wait(timeout=120)
 
 
 def controller(tmp_path: Path, slurm_conf: str, state_root: Path) -> LiveController:
@@ -183,13 +211,10 @@ def test_hostile_comments_are_refused_one_by_one_and_the_valid_jobs_finish(
     submit: Submitter,
     slurm_conf: str,
     state_root: Path,
-    shared_root: Path,
+    out: Path,
     tmp_path: Path,
 ) -> None:
     bob = ensure_user(BOB)
-    out = shared_root / "out"
-    out.mkdir(mode=0o777)
-    os.chmod(out, 0o777)
     valid = [submit_plain(backend, submit, state_root, out, comment=VALID + ";key=victim-run")]
     valid += [submit_plain(backend, submit, state_root, out) for _ in range(3)]
     comments = hostile_comments()
@@ -200,26 +225,11 @@ def test_hostile_comments_are_refused_one_by_one_and_the_valid_jobs_finish(
     assert len(hostile) == 100
 
     ctl = controller(tmp_path, slurm_conf, state_root)
-    service = ctl.start()
-    try:
-
-        def valid_done() -> bool:
-            jobs = admin_comments(backend, valid)
-            return all(j.state.value == "COMPLETED" for j in jobs.values()) and len(jobs) == 4
-
-        wait_for(valid_done, "the four valid jobs to finish", 240, every_s=1.0)
-        wait_for(
-            lambda: all(not j.held for j in admin_comments(backend, hostile).values()),
-            "every hostile job handed back",
-            60,
-        )
-    finally:
-        service.send_signal(signal.SIGTERM)
-        service.wait(timeout=120)
+    run_until_finished(ctl, backend, valid, 240)
     log = ctl.log.read_text()
 
     jobs = admin_comments(backend, hostile)
-    assert len(jobs) == 100
+    assert len(jobs) == 100 and not [j for j in jobs.values() if j.held], "all handed back"
     for job_id, comment in zip(hostile, [*comments, "thief"], strict=True):
         text = jobs[job_id].admin_comment
         assert text.startswith("hetsched not-managed: ") and len(text) > 30, (comment, text)
@@ -281,15 +291,13 @@ def test_a_squatted_next_job_folder_neither_runs_the_payload_nor_fails_the_job(
     submit: Submitter,
     slurm_conf: str,
     state_root: Path,
-    shared_root: Path,
+    out: Path,
     tmp_path: Path,
 ) -> None:
     alice, bob = ensure_user(ALICE), ensure_user(BOB)
     marker = Path("/tmp") / f"hetsched-e2e-pwned-{uuid.uuid4().hex}"
     # Bob had a managed job before: the controller made his folder, as it does for every user.
     write_placement(JobFolder(state_root, bob.pw_uid, "earlier", bob.pw_gid), {"round": 1})
-    out = output_folder(shared_root, alice)
-    os.chmod(out, 0o777)
     probe = submit_hostile(backend, submit, out, "not a spec")
     backend.cancel(probe)
     next_id = str(int(probe) + 1)
@@ -306,17 +314,7 @@ def test_a_squatted_next_job_folder_neither_runs_the_payload_nor_fails_the_job(
     assert (roots_job, alices_job) == (next_id, str(int(next_id) + 1)), "ids as predicted"
 
     ctl = controller(tmp_path, slurm_conf, state_root)
-    service = ctl.start()
-    try:
-
-        def done() -> bool:
-            jobs = admin_comments(backend, [roots_job, alices_job])
-            return len(jobs) == 2 and all(j.state.value == "COMPLETED" for j in jobs.values())
-
-        wait_for(done, "root's and alice's jobs to finish", 180, every_s=1.0)
-    finally:
-        service.send_signal(signal.SIGTERM)
-        service.wait(timeout=120)
+    run_until_finished(ctl, backend, [roots_job, alices_job], 180)
 
     assert not marker.exists(), "the planted payload ran"
     for job_id, user in ((roots_job, 0), (alices_job, alice.pw_uid)):
@@ -336,13 +334,10 @@ def test_a_key_claimed_by_a_second_user_neither_moves_nor_ejects_the_owners_job(
     submit: Submitter,
     slurm_conf: str,
     state_root: Path,
-    shared_root: Path,
+    out: Path,
     tmp_path: Path,
 ) -> None:
     bob = ensure_user(BOB)
-    out = shared_root / "out"
-    out.mkdir()
-    os.chmod(out, 0o777)
     long_run = f"hetsched:class={LM};steps=2000;key=exp-7"
     owner = submit_plain(backend, submit, state_root, out, comment=long_run, steps=2000)
     ctl = controller(tmp_path, slurm_conf, state_root)

@@ -18,8 +18,8 @@ from slurm_hetsched.controller.statefiles import JobFolder, write_placement
 from slurm_hetsched.slurm import CliSlurmBackend, JobOptions
 from slurm_hetsched.wrapper import read_progress
 
+from ..users import ALICE, BOB, ensure_user, output_folder, python_for
 from .conftest import TRAIN_PLAIN, Submitter, render_template, wait_for
-from .users import ALICE, BOB, ensure_user, output_folder, python_for
 
 
 def test_other_users_job_cannot_read_state_folder(

@@ -4,7 +4,7 @@ The cluster must have been started with the plugin registered (`make up`, or
 `hetsched devcluster up --spank spank/hetsched_spank.so`). Jobs run on the host, so the state
 roots of these tests are plain temporary folders. A job's state folder is
 <root>/<uid>/<job key>; tests that need jobs of other users than root create two system users
-(`useradd --system`, as tests/e2e/test_state_permissions.py does; needs root).
+(`useradd --system`, tests/users.py; needs root).
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from slurm_hetsched.errors import SlurmCommandError
 from slurm_hetsched.slurm import CliSlurmBackend, GpuRequest, JobOptions, SlurmCli
 
 from ..conftest import ROOT, in_ci
+from ..users import ALICE, BOB, ensure_user
 from .conftest import Submitter, read_when, wait_for
 
 VARIABLES = (
@@ -112,26 +113,6 @@ def shared(sbatch_help: str) -> Iterator[Path]:
         yield folder
     finally:
         shutil.rmtree(folder, ignore_errors=True)
-
-
-ALICE, BOB = "hetsched-alice", "hetsched-bob"  # the same users as tests/e2e
-
-
-def system_user(name: str) -> pwd.struct_passwd:
-    """A system user, created if missing (only root can; skipped otherwise)."""
-    try:
-        return pwd.getpwnam(name)
-    except KeyError:
-        pass
-    if os.geteuid() != 0:
-        pytest.skip(f"user {name} is missing and only root can create it")
-    subprocess.run(
-        ["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", name],
-        check=True,
-        capture_output=True,
-        timeout=30,
-    )
-    return pwd.getpwnam(name)
 
 
 def owner_and_mode(path: Path) -> tuple[int, int]:
@@ -315,7 +296,7 @@ def test_a_heterogeneous_job_uses_its_leaders_id(submit: Submitter, root: Path) 
 def test_the_prolog_makes_the_users_folder_and_the_jobs_folder(
     submit: Submitter, shared: Path, slurm_conf: str
 ) -> None:
-    user = system_user(ALICE)
+    user = ensure_user(ALICE)
     root = shared / "state"
     job_id, env = submit_as(submit, user, shared / "out", JobOptions(extra=spank_options(root)))
     folder = state_dir(root, user.pw_uid, job_id)
@@ -336,7 +317,7 @@ def test_a_users_folder_that_root_made_is_handed_to_the_user(
 ) -> None:
     # Only root can make entries in the root: a folder of root's there is the controller's,
     # the admin's, or one the prolog of another job of the user is still handing over.
-    user = system_user(ALICE)
+    user = ensure_user(ALICE)
     mine = shared / "state" / str(user.pw_uid)
     mine.mkdir(mode=0o755)
     job_id, env = submit_as(
@@ -353,7 +334,7 @@ def test_a_users_folder_someone_else_planted_is_not_used(
 ) -> None:
     # From before the root was locked down: Bob made Alice's <root>/<uid> (Bob's, writable
     # by all) or a link there to a folder of his, to read or plant her checkpoints.
-    alice, bob = system_user(ALICE), system_user(BOB)
+    alice, bob = ensure_user(ALICE), ensure_user(BOB)
     planted = shared / "state" / str(alice.pw_uid)
     bobs = shared / "bobs"
     if trap == "link":
@@ -396,7 +377,7 @@ def test_a_state_root_users_could_write_is_refused(
         root.chmod(0o775)
         message = f"state root {root} has mode 0775: other users could make a user's folder"
     elif trap == "owned by a user":
-        bob = system_user(BOB)
+        bob = ensure_user(BOB)
         os.chown(root, bob.pw_uid, bob.pw_gid)
         message = f"state root {root} belongs to uid {bob.pw_uid}, not to root"
     else:
@@ -414,7 +395,7 @@ def test_a_state_root_users_could_write_is_refused(
 
 
 def test_a_folder_of_someone_else_is_left_alone(submit: Submitter, shared: Path) -> None:
-    user = system_user(ALICE)
+    user = ensure_user(ALICE)
     mine = shared / "state" / str(user.pw_uid)
     mine.mkdir(mode=0o700)
     os.chown(mine, user.pw_uid, user.pw_gid)

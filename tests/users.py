@@ -1,6 +1,6 @@
 """Other Unix users for end-to-end tests that need several: created if absent (as root), an
 interpreter they can run, and commands run as them. The shared root under /tmp they can
-traverse is the `shared_root` fixture of conftest.py."""
+traverse is the `shared_root` fixture of tests/e2e/conftest.py."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[1]
 ALICE, BOB = "hetsched-alice", "hetsched-bob"
 
 
