@@ -17,6 +17,7 @@ See 'Loading checkpoints safely' in docs/job-side.md.
 from __future__ import annotations
 
 import collections
+import enum
 import importlib
 import io
 import pickle
@@ -161,10 +162,29 @@ _PLAIN_TYPES: tuple[type, ...] = (
     collections.deque,
     collections.Counter,
 )
+def _enum_member(cls: Any, name: Any) -> Any:
+    """`getattr(cls, name)`, as some Python 3.11 releases pickle an Enum member, only for a
+    member `name` of a registered Enum class `cls`."""
+    if (
+        isinstance(cls, type)
+        and issubclass(cls, enum.Enum)
+        and _registered.get(_name_of(cls)) is cls
+        and type(name) is str
+        and name in cls.__members__
+    ):
+        return cls[name]
+    raise _Refused(
+        "calls builtins.getattr, which loading allows only for a member of an Enum registered "
+        "with slurm_hetsched.wrapper.register_safe_type",
+        "builtins.getattr",
+    )
+
+
 # Global name -> what the unpickler gets for it. Each is safe to call with any data from the
 # file. None stands, True/False and the containers have opcodes of their own; the torch names
-# are resolved in `_allowed_global`.
+# are resolved in `allowed_global`.
 _ALLOWED: dict[str, Any] = {_name_of(cls): cls for cls in _PLAIN_TYPES} | {
+    "builtins.getattr": _enum_member,
     "numpy.dtype": _numpy_dtype,
     "numpy._core.multiarray.scalar": _numpy_scalar,  # numpy 2
     "numpy.core.multiarray.scalar": _numpy_scalar,  # numpy 1

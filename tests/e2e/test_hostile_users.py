@@ -225,6 +225,9 @@ def test_hostile_comments_are_refused_one_by_one_and_the_valid_jobs_finish(
     assert len(hostile) == 100
 
     ctl = controller(tmp_path, slurm_conf, state_root)
+    status = ctl.command("status")
+    assert status.returncode == 0, status.stderr[-2000:]
+    assert "MANAGED JOBS (4)" in status.stdout and "NOT MANAGED (100)" in status.stdout
     run_until_finished(ctl, backend, valid, 240)
     log = ctl.log.read_text()
 

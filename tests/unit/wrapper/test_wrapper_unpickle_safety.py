@@ -147,7 +147,7 @@ def attacks(marker: Path) -> list[Reduce]:
         Reduce(builtins.exec, script),
         Reduce(builtins.eval, f"exec({script!r})"),
         Reduce(builtins.open, str(marker), "w"),
-        Reduce(builtins.getattr, Reduce(builtins.__import__, "os"), "system"),
+        Reduce(builtins.getattr, collections.OrderedDict, "fromkeys"),
         Reduce(builtins.__import__, "os"),
         Reduce(functools.partial, os.system, f"touch {marker}"),
         Reduce(copyreg._reconstructor, collections.OrderedDict, dict, {}),
@@ -389,6 +389,23 @@ def test_registered_types_round_trip(tmp_path: Path) -> None:
     loaded = roundtrip(obj, tmp_path / "s.bin")
     assert loaded == obj
     assert loaded["phase"] is Phase.MAIN
+
+
+def test_an_enum_member_pickled_through_getattr_loads_only_if_registered(
+    tmp_path: Path, registry: dict[str, type]
+) -> None:
+    """Some Python 3.11 releases (Debian 12's 3.11.2) pickle an Enum member as
+    getattr(cls, name): allowed for members of registered Enums, and nothing else."""
+    as_getattr = pickled({"phase": Reduce(builtins.getattr, Phase, "MAIN")})
+    with pytest.raises(UnsafeStateError) as caught:
+        load_planted(tmp_path / "a.bin", as_getattr)
+    assert caught.value.type_name.endswith(".Phase")
+    register_safe_type(Phase)
+    assert load_planted(tmp_path / "b.bin", as_getattr) == {"phase": Phase.MAIN}
+    for name in ("__class__", "_missing_", "mro"):
+        with pytest.raises(UnsafeStateError) as caught:
+            load_planted(tmp_path / "c.bin", pickled(Reduce(builtins.getattr, Phase, name)))
+        assert caught.value.type_name == "builtins.getattr"
 
 
 def test_register_is_a_decorator_and_checks_its_argument(registry: dict[str, type]) -> None:
