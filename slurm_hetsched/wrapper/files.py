@@ -120,9 +120,11 @@ def ensure_state_dir(path: Path) -> Path:
                 f"{euid}); refusing it: someone else may have made it ahead of your job. Tell "
                 "your admin (docs/security.md)"
             )
-    info = os.lstat(path)
-    if info.st_mode & 0o077:
-        # Checkpoints may hold private data: nobody else may read or write them.
-        logger.warning("state folder %s had mode %o; setting 0700", path, info.st_mode & 0o777)
-        os.chmod(path, 0o700)
+    for folder in checked:
+        mode = os.lstat(folder).st_mode
+        if mode & 0o077:
+            # Checkpoints may hold private data, and a folder others may write is one they
+            # can plant folders and files in: nobody else may read or write them.
+            logger.warning("state folder %s had mode %o; setting 0700", folder, mode & 0o777)
+            os.chmod(folder, 0o700)
     return path.resolve()

@@ -192,3 +192,11 @@ def test_a_resume_request_is_obeyed_only_for_this_run_and_after_the_ack(tmp_path
     assert not resume_requested(tmp_path, "7", 2, since=90.0), "another run"
     assert not resume_requested(tmp_path, "8", 1, since=90.0), "another job"
     assert not resume_requested(tmp_path, None, 1, since=90.0)
+
+
+def test_a_user_folder_others_could_write_is_tightened(tmp_path: Path) -> None:
+    folder = state_folder(tmp_path / "r", os.geteuid(), "k")
+    folder.mkdir(parents=True)
+    folder.parent.chmod(0o777)
+    ensure_state_dir(folder)
+    assert folder.parent.stat().st_mode & 0o777 == 0o700
