@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import tzinfo
 
-from slurm_hetsched.controller.keys import KeyBinding, KeyClaim, resolve_keys
+from slurm_hetsched.controller.keys import KeyBinding, KeyClaim, job_id_order, resolve_keys
 from slurm_hetsched.core.jobspec import JobSpec, JobSpecError, is_managed, parse_job_spec
 from slurm_hetsched.core.model import ClusterSnapshot, Job, Node
 from slurm_hetsched.core.throughput import ThroughputTable, UnknownJobClassError
@@ -267,7 +267,7 @@ def build_view(
         if job.key in managed:
             # Two live jobs of one user claim one key and copy: keep the newer (a
             # re-submission), report the other.
-            older, newer = sorted([managed[job.key], job], key=lambda j: _id_order(j.slurm_id))
+            older, newer = sorted([managed[job.key], job], key=lambda j: job_id_order(j.slurm_id))
             managed[job.key] = newer
             reject(older.leader, f"job key {job.key!r} is also used by job {newer.slurm_id}")
             continue
@@ -401,9 +401,6 @@ def _managed_job(
         copy=spec.copy,
     )
 
-
-def _id_order(job_id: str) -> tuple[int, str]:
-    return (int(job_id), "") if job_id.isdigit() else (0, job_id)
 
 
 def _snapshot_node(node: SlurmNode, ours: int, profiled: set[str]) -> Node:

@@ -94,7 +94,7 @@ def resolve_keys(
         for key, b in bindings.items()
         if b.ended_s is None or now_s - b.ended_s < release_after_s
     }
-    ordered = sorted(claims, key=lambda c: _id_order(c.job_id))
+    ordered = sorted(claims, key=lambda c: job_id_order(c.job_id))
     refused: dict[str, str] = {}
     claimed: set[str] = set()
     for claim in ordered:
@@ -127,5 +127,6 @@ def _reclaims_own_id(claim: KeyClaim, bound: KeyBinding) -> bool:
     return not claim.explicit and claim.key == claim.job_id and bound.ended_s is not None
 
 
-def _id_order(job_id: str) -> tuple[int, str]:
+def job_id_order(job_id: str) -> tuple[int, str]:
+    """Slurm job ids in submission order (numerically, not as text)."""
     return (int(job_id), "") if job_id.isdigit() else (0, job_id)

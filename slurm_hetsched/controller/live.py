@@ -136,6 +136,8 @@ class SlurmCluster:
         self.view: SlurmView | None = None
         self.last = LastRound()
         self._unprofiled: tuple[str, ...] = ()
+        # What the registry held at the last read: key bindings and set-aside jobs.
+        self._stored: tuple[dict[str, KeyBinding], dict[str, SetAside]] = ({}, {})
 
     # -- observe -------------------------------------------------------------------------------
 
@@ -159,6 +161,7 @@ class SlurmCluster:
             row["job"]: SetAside(row["comment"], row["reason"], row["round"])
             for row in self.registry.set_aside()
         }
+        self._stored = (bindings, aside)
         return build_view(
             jobs,
             nodes,
@@ -178,9 +181,13 @@ class SlurmCluster:
         last = self.last_record()
         view = self.read_view(last)
         self.view = view
-        # Kept before the round decides, so a failed round never forgets who owns a key.
-        self.registry.save_key_bindings(asdict(b) for b in view.key_bindings.values())
-        self._save_set_aside(view.set_aside)
+        # Kept before the round decides, so a failed round never forgets who owns a key;
+        # written only when they changed (most rounds change neither).
+        bindings, aside = self._stored
+        if dict(view.key_bindings) != bindings:
+            self.registry.save_key_bindings(asdict(b) for b in view.key_bindings.values())
+        if dict(view.set_aside) != aside:
+            self._save_set_aside(view.set_aside)
         if view.unprofiled_gpu_types != self._unprofiled:
             self._unprofiled = view.unprofiled_gpu_types
             if view.unprofiled_gpu_types:

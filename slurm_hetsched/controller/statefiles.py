@@ -33,6 +33,7 @@ from typing import Any
 
 from slurm_hetsched.core.jobspec import STEPS_MAX, JobSpecError, check_job_key
 from slurm_hetsched.errors import ConfigError, HetschedError
+from slurm_hetsched.wrapper.files import state_folder
 from slurm_hetsched.wrapper.placement import PLACEMENT_FILE
 from slurm_hetsched.wrapper.progress import ACK_FILE, PROGRESS_FILE, REQUEST_FILE, RESUME_FILE
 
@@ -115,7 +116,7 @@ class JobFolder:
     @property
     def path(self) -> Path:
         """For messages only: every access goes through `_opened`."""
-        return self.state_root / str(self.uid) / self.key
+        return state_folder(self.state_root, self.uid, self.key)
 
     def read_json(self, name: str) -> dict[str, Any] | None:
         """The JSON object in file `name` if the folder and the file are safe and the user's,

@@ -225,18 +225,18 @@ def _isolate(
         return None
 
     group = list(jobs)
+    why = error(group) if len(group) == 1 else None
     while len(group) > 1:
         half = len(group) // 2
         first, second = group[:half], group[half:]
-        if error(first) is not None:
+        if (why := error(first)) is not None:
             group = first
-        elif error(second) is not None:
+        elif (why := error(second)) is not None:
             group = second
         else:  # only together: take the newest job out
             newest = max(group, key=lambda j: (j.arrival_s, j.key))
             return newest, "the policy fails with this job and the others together"
     (job,) = group
-    why = error(group)
     if why is None:
         return None
     others = [j for j in jobs if j is not job][:2]
