@@ -46,7 +46,16 @@ def _add_devcluster(sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "system temp dir",
     )
     actions = p.add_subparsers(dest="action", required=True, metavar="ACTION")
-    up = actions.add_parser("up", help="install if needed, start, wait until every node is idle")
+    up = actions.add_parser(
+        "up",
+        help="install if needed, start, wait until every node is idle",
+        description=(
+            "Install Slurm and munge if missing, start the daemons that are not running and "
+            "wait until every node is idle. A slurmctld that died is restarted from the state "
+            "it saved, so queued and running jobs are kept; after `down` (which cancels every "
+            "job) and on the first start, slurmctld starts clean."
+        ),
+    )
     up.add_argument(
         "--spank",
         action="append",
@@ -55,6 +64,13 @@ def _add_devcluster(sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="register this SPANK plugin .so as `optional` in etc/plugstack.conf (repeatable; "
         "the list replaces the registered one; build ours with `make -C spank`). On a running "
         "cluster new jobs get it at once",
+    )
+    up.add_argument(
+        "--clean",
+        action="store_true",
+        help="start slurmctld without the state it saved, discarding every saved job and node "
+        "state (a stopped cluster only: run `down` first). Without it, a cluster whose "
+        "slurmctld died is restarted with its jobs; after `down` it starts clean anyway",
     )
     actions.add_parser(
         "install",
@@ -78,7 +94,7 @@ def _run_devcluster(args: argparse.Namespace) -> int:
     )
     cluster = DevCluster(config, folder.resolve())
     if args.action == "up":
-        print(cluster.up(spank_plugins=args.spank))
+        print(cluster.up(spank_plugins=args.spank, clean=args.clean))
     elif args.action == "install":
         print(cluster.install())
     elif args.action == "down":
@@ -574,6 +590,66 @@ def _run_status(args: argparse.Namespace) -> int:
     return show_status(_load_controller_config(args), out=sys.stdout)
 
 
+def _add_handback(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser(
+        "handback",
+        help="give every managed job back to Slurm as a plain job (controller stopped)",
+        description=(
+            "Release every managed job to Slurm: the target the controller set is removed "
+            "(pending jobs), its hold lifted, and the admin comment says why. Running jobs run "
+            "on. Takes the controller's lock: stop the controller first. One line per job and "
+            "a summary; exits 1 if any job failed. See docs/handback.md."
+        ),
+    )
+    _add_config(p)
+    p.add_argument(
+        "--reason",
+        metavar="TEXT",
+        help="why, in each job's admin comment `hetsched handed-back: TEXT` (default: "
+        "'an admin ran hetsched handback')",
+    )
+    p.add_argument("--dry-run", action="store_true", help="print what it would do; change nothing")
+
+
+def _run_handback(args: argparse.Namespace) -> int:
+    from slurm_hetsched.controller.handback import DEFAULT_REASON
+    from slurm_hetsched.controller.handback_command import run_handback
+
+    reason = DEFAULT_REASON if args.reason is None else args.reason
+    if not reason.strip():
+        raise ConfigError("--reason must not be empty")
+    config = _load_controller_config(args)
+    return run_handback(config, reason=reason, dry_run=args.dry_run, out=sys.stdout)
+
+
+def _add_watchdog(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser(
+        "watchdog",
+        help="hand the managed jobs back if the controller is gone (systemd timer)",
+        description=(
+            "If no controller holds the lock and its last heartbeat is older than the limit, "
+            "run `hetsched handback` with the reason 'controller silent since <time>'; else "
+            "print that the controller is alive. See docs/handback.md."
+        ),
+    )
+    _add_config(p)
+    p.add_argument(
+        "--after",
+        type=float,
+        metavar="SECONDS",
+        help="silence that counts as gone (overrides watchdog.after_s; default: 900 s or 3 "
+        "rounds, whichever is longer)",
+    )
+
+
+def _run_watchdog(args: argparse.Namespace) -> int:
+    from slurm_hetsched.controller.watchdog import run_watchdog
+
+    config = _load_controller_config(args)
+    after = config.watchdog_after() if args.after is None else _non_negative(args.after, "--after")
+    return run_watchdog(config, after_s=after, out=sys.stdout)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="hetsched",
@@ -591,6 +667,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_controller(sub)
     _add_rounds(sub)
     _add_status(sub)
+    _add_handback(sub)
+    _add_watchdog(sub)
     _add_devcluster(sub)
     return parser
 
@@ -603,14 +681,24 @@ _RUNNERS = {
     "controller": _run_controller,
     "rounds": _run_rounds,
     "status": _run_status,
+    "handback": _run_handback,
+    "watchdog": _run_watchdog,
 }
 
 
+_LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    logging.basicConfig(
-        level=os.environ.get("HETSCHED_LOG_LEVEL", "WARNING").upper(),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
+    level = (os.environ.get("HETSCHED_LOG_LEVEL") or "WARNING").strip().upper()
+    if level not in _LOG_LEVELS:
+        print(
+            f"hetsched: error: HETSCHED_LOG_LEVEL={os.environ['HETSCHED_LOG_LEVEL']!r} is not a "
+            f"log level; use one of {', '.join(_LOG_LEVELS)} (any case)",
+            file=sys.stderr,
+        )
+        return 2
+    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     args = build_parser().parse_args(argv)
     try:
         return _RUNNERS[args.command](args)

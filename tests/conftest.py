@@ -1,13 +1,21 @@
-"""Shared pytest set-up: integration tests need the real dev cluster.
+"""Shared pytest set-up: integration tests need the real dev cluster, and under CI nothing a
+test needs may be missing.
 
 Tests marked `slurm` run against the cluster that SLURM_CONF points at, else the dev cluster
 of this checkout (`hetsched devcluster up`). Without one they are skipped with the reason on a
 laptop; under CI (CI=true) a missing cluster is a failure, never a skip.
+
+Tests that need an optional package (an extra of pyproject.toml: torch, matplotlib) get it
+with `pytest.importorskip("name")`: skipped with the reason on a laptop without it, a failure
+under CI. (At module level, leave out `reason=`: a collection report keeps only the message,
+and the default one is how it is recognised.)
 """
 
 from __future__ import annotations
 
 import os
+import re
+from collections.abc import Generator
 from pathlib import Path
 
 import pytest
@@ -23,6 +31,46 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 def in_ci() -> bool:
     return os.environ.get("CI", "").lower() not in ("", "0", "false", "no")
+
+
+# The messages of pytest.importorskip: a module that is missing, or too old.
+_IMPORTORSKIP_MESSAGE = re.compile(
+    r"^(Skipped: )?(could not import '|module '.*' has __version__ )"
+)
+
+
+def _missing_in_ci(reason: str) -> str:
+    return (
+        f"{reason}; under CI (CI={os.environ.get('CI')}) a missing optional package fails the "
+        "test instead of skipping it: install the extras (`make setup`)"
+    )
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    report = yield
+    excinfo = call.excinfo
+    if report.skipped and in_ci() and excinfo is not None:
+        # Raised by importorskip itself, whatever its reason= says.
+        if any(entry.name == "importorskip" for entry in excinfo.traceback):
+            report.outcome = "failed"
+            report.longrepr = _missing_in_ci(str(excinfo.value))
+    return report
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_make_collect_report(
+    collector: pytest.Collector,
+) -> Generator[None, pytest.CollectReport, pytest.CollectReport]:
+    report = yield
+    if report.skipped and in_ci() and isinstance(report.longrepr, tuple):
+        reason = str(report.longrepr[2])
+        if _IMPORTORSKIP_MESSAGE.match(reason):  # a module-level importorskip
+            report.outcome = "failed"
+            report.longrepr = _missing_in_ci(reason.removeprefix("Skipped: "))
+    return report
 
 
 @pytest.fixture(scope="session")

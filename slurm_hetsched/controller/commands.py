@@ -18,6 +18,7 @@ from slurm_hetsched.controller.service import (
     ServiceSettings,
     SingleControllerLock,
 )
+from slurm_hetsched.errors import HetschedError
 from slurm_hetsched.slurm.backend import CliSlurmBackend
 from slurm_hetsched.slurm.cli import SlurmCli
 from slurm_hetsched.store.sqlite import SqliteStore
@@ -40,10 +41,12 @@ def service_settings(config: ControllerConfig) -> ServiceSettings:
             checkpoint_signal=config.checkpoint_signal,
             requeue_timeout_s=config.requeue_timeout_s,
             resubmit_environment=dict(config.resubmit_environment),
+            failpoint=config.failpoint or "",
         ),
         observe=ObserveSettings(
             state_root=config.state_root,
-            partition=config.partition,
+            partitions=config.partitions,
+            qos=config.qos,
             progress_max_age_s=config.progress_max_age_s,
             release_rejected=config.release_rejected,
             key_release_s=config.key_release_s,
@@ -65,7 +68,12 @@ def _cli(config: ControllerConfig) -> SlurmCli:
 def run_controller(
     config: ControllerConfig, *, once: bool, dry_run: bool, out: TextIO = sys.stdout
 ) -> int:
-    """Run the service (or one round, or one dry round); returns the exit status."""
+    """Run the service (or one round, or one dry round); returns the exit status.
+
+    Raises:
+        HetschedError: with `once` or `dry_run`, the round was skipped (Slurm did not answer,
+            or the round failed): the message says why, and `hetsched` exits non-zero.
+    """
     from slurm_hetsched.controller.logline import format_kv
     from slurm_hetsched.controller.metrics import Metrics, serve
 
@@ -76,11 +84,14 @@ def run_controller(
         server = serve(metrics, config.metrics_address, config.metrics_port)
         logger.info("metrics on http://%s:%d/metrics", config.metrics_address, server.port)
 
+    last: list[RoundSummary] = []
+
     def on_round(summary: RoundSummary) -> None:
         line = format_kv(**summary.fields)
         logger.info("%s", line)
         metrics.observe_round(summary)
-        if dry_run:
+        last[:] = [summary]
+        if dry_run and "skipped" not in summary.fields:
             controller_backend = controller.tick.backend
             print(
                 f"dry run, round {summary.fields.get('round', '-')}: nothing was changed", file=out
@@ -94,6 +105,7 @@ def run_controller(
             controller.serve(once=True, on_round=on_round)
         finally:
             controller.close()
+        _fail_if_skipped(last)
         return 0
     with SingleControllerLock(settings.lock_path):
         controller = Controller(settings)
@@ -110,7 +122,17 @@ def run_controller(
             controller.close()
             if server is not None:
                 server.close()
+    if once:
+        _fail_if_skipped(last)
     return 0
+
+
+def _fail_if_skipped(rounds: list[RoundSummary]) -> None:
+    """A single round that was skipped fails the command (a script must not read it as done)."""
+    if rounds and "skipped" in rounds[-1].fields:
+        fields = rounds[-1].fields
+        why = " ".join(str(fields.get("error", "")).split())  # one line on stderr
+        raise HetschedError(f"round skipped ({fields['skipped']}): {why}")
 
 
 def show_rounds(config: ControllerConfig, *, last: int | None, job: str | None, out: TextIO) -> int:
@@ -142,7 +164,8 @@ def show_status(config: ControllerConfig, *, out: TextIO) -> int:
         config.site_data().table,
         ObserveSettings(
             state_root=config.state_root,
-            partition=config.partition,
+            partitions=config.partitions,
+            qos=config.qos,
             key_release_s=config.key_release_s,
         ),
         registry=ReadOnlyRegistry(store),

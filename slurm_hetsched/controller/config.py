@@ -58,7 +58,8 @@ class ControllerConfig:
     command_timeout_s: float = 60.0
     retries: int = 3
     retry_backoff_s: float = 1.0
-    partition: str | None = None
+    partitions: tuple[str, ...] = ()
+    qos: tuple[str, ...] = ()
     # [site]
     throughputs: Path | None = None
     gpu_types: Path | None = None
@@ -66,7 +67,18 @@ class ControllerConfig:
     # [metrics]
     metrics_port: int | None = None
     metrics_address: str = "127.0.0.1"
+    # [watchdog]
+    watchdog_after_s: float | None = None  # default: watchdog_after()
+    # [testing]
+    failpoint: str | None = None
     source: Path | None = None
+
+    def watchdog_after(self) -> float:
+        """Seconds without a heartbeat before the watchdog hands the jobs back: the configured
+        watchdog.after_s, else 15 minutes or 3 rounds, whichever is longer."""
+        if self.watchdog_after_s is not None:
+            return self.watchdog_after_s
+        return max(900.0, 3 * self.round_s)
 
     @property
     def lock_path(self) -> Path:
@@ -166,6 +178,18 @@ def _log_level(value: Any, base: Path) -> str:
     return level
 
 
+def _names(value: Any, base: Path) -> tuple[str, ...]:
+    if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
+        raise ValueError(f'expected a list of names such as ["gpu"], got {value!r}')
+    if len(set(value)) != len(value):
+        raise ValueError(f"a name is listed twice: {value!r}")
+    return tuple(value)
+
+
+def _one_name(value: Any, base: Path) -> tuple[str, ...]:
+    return (_text(value, base),)
+
+
 def _string_table(value: Any, base: Path) -> dict[str, str]:
     if not isinstance(value, dict):
         raise ValueError(f"expected a table of key = value, got {value!r}")
@@ -178,6 +202,13 @@ def _string_table(value: Any, base: Path) -> dict[str, str]:
         else:
             raise ValueError(f"{key}: expected a string, number or boolean, got {item!r}")
     return out
+
+
+def _failpoint(value: Any, base: Path) -> str:
+    text = _text(value, base)
+    if text.partition(":")[0] not in ("before", "after") or not text.partition(":")[2]:
+        raise ValueError(f"expected before:<action> or after:<action>, got {text!r}")
+    return str(text)
 
 
 _KEYS: dict[str, dict[str, tuple[str, _Parser]]] = {
@@ -205,7 +236,8 @@ _KEYS: dict[str, dict[str, tuple[str, _Parser]]] = {
         "command_timeout_s": ("command_timeout_s", _number(0, strict=True)),
         "retries": ("retries", _count),
         "retry_backoff_s": ("retry_backoff_s", _number(0, strict=False)),
-        "partition": ("partition", _text),
+        "partitions": ("partitions", _names),
+        "qos": ("qos", _names),
     },
     "site": {
         "throughputs": ("throughputs", _path),
@@ -216,6 +248,18 @@ _KEYS: dict[str, dict[str, tuple[str, _Parser]]] = {
         "port": ("metrics_port", _port),
         "address": ("metrics_address", _text),
     },
+    "watchdog": {
+        "after_s": ("watchdog_after_s", _number(0, strict=True)),
+    },
+    # Fault injection for crash tests only (EnactSettings.failpoint): never in production.
+    "testing": {
+        "failpoint": ("failpoint", _failpoint),
+    },
+}
+
+# Keys of earlier versions, still read: slurm.partition (one name) became slurm.partitions.
+_OLD_KEYS: dict[str, dict[str, tuple[str, _Parser]]] = {
+    "slurm": {"partition": ("partitions", _one_name)},
 }
 
 
@@ -240,6 +284,7 @@ def load_config(path: str | Path | None) -> ControllerConfig:
         raise ConfigError(f"{path}: not valid TOML: {exc}") from exc
     base = path.resolve().parent
     values: dict[str, Any] = {"source": path}
+    set_by: dict[str, str] = {}  # field -> the key that set it
     for section, table in raw.items():
         if section not in _KEYS:
             owners = [s for s, keys in _KEYS.items() if section in keys]
@@ -254,9 +299,15 @@ def load_config(path: str | Path | None) -> ControllerConfig:
             raise ConfigError(f"{path}: {section} must be a [{section}] table")
         for key, value in table.items():
             known = _KEYS[section]
-            if key not in known:
+            if key not in known and key not in _OLD_KEYS.get(section, {}):
                 raise ConfigError(f"{path}: unknown key {section}.{key}{_hint(key, known)}")
-            name, parse = known[key]
+            name, parse = known[key] if key in known else _OLD_KEYS[section][key]
+            if name in set_by:  # an old key and its successor both set
+                raise ConfigError(
+                    f"{path}: {section}.{set_by[name]} and {section}.{key} set the same thing; "
+                    f"keep only {section}.{name}"
+                )
+            set_by[name] = key
             try:
                 values[name] = parse(value, base)
             except ValueError as exc:

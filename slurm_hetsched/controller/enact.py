@@ -54,9 +54,24 @@ logger = logging.getLogger(__name__)
 # How often the ack wait looks at Slurm for jobs that ended instead of acking.
 _STATE_LOOK_S = 1.0
 
-# Test-only fault injection: HETSCHED_FAILPOINT=after:<action kind> SIGKILLs the controller
-# right after the first action of that kind is recorded done, to prove crash recovery.
-FAILPOINT_ENV = "HETSCHED_FAILPOINT"
+# Every kind of action the enactor journals. `checkpoint` and `resubmit` stay pending from
+# the signal until the job is requeue-held or called off, and from before the submission
+# until the old job is cancelled: a crash anywhere in between leaves them for reconcile.
+ACTION_KINDS = (
+    "checkpoint",
+    "signal",
+    "ack",
+    "requeue_hold",
+    "call_off",
+    "hold",
+    "update",
+    "placement",
+    "release",
+    "start_now",
+    "resubmit",
+    "submit",
+    "cancel",
+)
 
 
 class Journal(Protocol):
@@ -81,6 +96,9 @@ class EnactSettings:
         poll_s: the interval between looks at acks and job states.
         resubmit_environment: variables a re-submitted job gets besides HETSCHED_JOB_KEY,
             HETSCHED_STATE_ROOT, HOME, USER and PATH (its template sets up the rest).
+        failpoint: fault injection for crash tests: `before:<kind>` or `after:<kind>` makes
+            the controller SIGKILL itself when the first action of that kind is journaled
+            (before it is taken) or recorded done; "" (the default) never.
     """
 
     state_root: Path
@@ -89,6 +107,15 @@ class EnactSettings:
     requeue_timeout_s: float = 120.0
     poll_s: float = 0.25
     resubmit_environment: Mapping[str, str] = field(default_factory=dict)
+    failpoint: str = ""
+
+    def __post_init__(self) -> None:
+        when, _, kind = self.failpoint.partition(":")
+        if self.failpoint and (when not in ("before", "after") or kind not in ACTION_KINDS):
+            raise HetschedError(
+                f"failpoint {self.failpoint!r}: expected before:<action> or after:<action>, "
+                f"an action one of {', '.join(ACTION_KINDS)}"
+            )
 
 
 @dataclass(slots=True)
@@ -189,19 +216,13 @@ class SlurmEnactor:
         self.settings = settings
         self.clock = clock
         self.sleep = sleep
-        self._failpoint = os.environ.get(FAILPOINT_ENV, "").removeprefix("after:")
 
     def enact(self, view: SlurmView, plan: RoundPlan) -> tuple[EnactReport, EnactOutcome]:
         work = classify(view, plan)
         out = EnactOutcome(kept=sorted(work.keep))
         round_ = plan.round
         to_checkpoint = {k: j for k, (j, _) in work.move.items()} | work.stop
-        signalled = self._signal_all(round_, to_checkpoint, out)
-        self._await_acks(round_, to_checkpoint, signalled, out)
-        requeued, asked = self._requeue_hold_all(round_, to_checkpoint, signalled, out)
-        for key in signalled:
-            if key not in asked and key not in out.finished:
-                self._call_off(round_, to_checkpoint[key], out)
+        requeued = self.checkpoint_and_hold(round_, to_checkpoint, out)
         for key in work.stop:
             if key in requeued:
                 out.stopped.append(key)
@@ -221,6 +242,29 @@ class SlurmEnactor:
                 out.held.append(key)
         return EnactReport(failed=dict(out.failed)), out
 
+    def checkpoint_and_hold(
+        self, round_: int, jobs: Mapping[str, ManagedJob], out: EnactOutcome
+    ) -> dict[str, SlurmJob]:
+        """Steps 1 to 3 of a move for every job of `jobs` at once: signal, wait for the acks,
+        requeue-hold. A job signalled but not requeued (Slurm refused or did not answer) is
+        called off, so it trains on where it runs. Returns key -> its held Slurm record."""
+        opened: dict[str, int] = {}
+        signalled = self._signal_all(round_, jobs, out, opened)
+        self._await_acks(round_, jobs, signalled, out)
+        requeued, asked = self._requeue_hold_all(round_, jobs, signalled, out)
+        for key in signalled:
+            if key not in asked and key not in out.finished:
+                self.call_off(round_, jobs[key], out)
+        for key, action_id in opened.items():
+            if key in requeued:
+                self._finish(action_id, True, "requeue-held", "checkpoint")
+            elif key in out.finished:
+                self._finish(action_id, True, "the job ended instead", "checkpoint")
+            else:
+                why = out.failed.get(key, "not requeued")
+                self._finish(action_id, False, why, "checkpoint")
+        return requeued
+
     def _guarded(
         self, round_: int, job: ManagedJob, out: EnactOutcome, action: Callable[[], bool]
     ) -> bool:
@@ -229,15 +273,17 @@ class SlurmEnactor:
         try:
             return action()
         except Exception as exc:
-            logger.exception("job %s (%s): enacting its action failed", job.key, job.slurm_id)
+            logger.exception(
+                "round %d: job %s (%s): enacting its action failed", round_, job.key, job.slurm_id
+            )
             out.failed.setdefault(job.key, f"internal error: {type(exc).__name__}: {exc}")
             try:
                 self._release_quietly(round_, job, out)
             except Exception:
-                logger.exception("job %s: cannot release it after the failure", job.key)
+                logger.exception("round %d: job %s: cannot release it", round_, job.key)
             return False
 
-    def _call_off(self, round_: int, job: ManagedJob, out: EnactOutcome) -> None:
+    def call_off(self, round_: int, job: ManagedJob, out: EnactOutcome) -> None:
         """The job was asked to checkpoint and pause but will not be moved: tell it to train
         on now rather than wait, paused, for its lease to end."""
 
@@ -249,22 +295,29 @@ class SlurmEnactor:
                 at=self.clock(),
             )
 
-        self._step(round_, job, "call_off", {}, resume, out, quiet=True)
+        detail = {"restart_count": job.leader.restart_count}
+        self._step(round_, job, "call_off", detail, resume, out, quiet=True)
 
     # -- phases --------------------------------------------------------------------------------
 
     def _signal_all(
-        self, round_: int, jobs: Mapping[str, ManagedJob], out: EnactOutcome
+        self,
+        round_: int,
+        jobs: Mapping[str, ManagedJob],
+        out: EnactOutcome,
+        opened: dict[str, int],
     ) -> dict[str, float]:
-        """Ask every job to move or stop for a checkpoint at once; key -> when it was asked."""
+        """Ask every job to move or stop for a checkpoint at once; key -> when it was asked.
+        Each job's `checkpoint` action is opened (pending) in `opened` first."""
         signalled: dict[str, float] = {}
         name = self.settings.checkpoint_signal
         for key, job in jobs.items():
             at = self.clock()
             detail = {"signal": name, "restart_count": job.leader.restart_count}
+            opened[key] = self._begin(round_, job, "checkpoint", detail)
             # The request file first: a job still starting ignores the signal and finds the
             # file once its handler is in place (wrapper/session.py).
-            self._write_request(job, at)
+            self._write_request(round_, job, at)
             if self._step(
                 round_,
                 job,
@@ -287,8 +340,14 @@ class SlurmEnactor:
         waiting = dict(signalled)
         deadline = self.clock() + self.settings.ack_timeout_s
         actions = {
-            key: self.journal.begin_action(
-                round_, key, jobs[key].slurm_id, "ack", {"timeout_s": self.settings.ack_timeout_s}
+            key: self._begin(
+                round_,
+                jobs[key],
+                "ack",
+                {
+                    "timeout_s": self.settings.ack_timeout_s,
+                    "restart_count": jobs[key].leader.restart_count,
+                },
             )
             for key in waiting
         }
@@ -298,15 +357,15 @@ class SlurmEnactor:
                 # A job at its last step finishes instead of acking: stop waiting for it.
                 next_look = self.clock() + _STATE_LOOK_S
                 current = self._current([jobs[k].slurm_id for k in waiting])
-                for key in list(waiting):
-                    now = current.get(jobs[key].slurm_id)
+                for key in list(waiting) if current is not None else ():
+                    now = current.get(jobs[key].slurm_id) if current is not None else None
                     if now is None or now.state is not JobState.RUNNING:
                         del waiting[key]
                         state = "gone" if now is None else now.state.value
-                        self.journal.finish_action(actions[key], False, f"job {state}, no ack")
+                        self._finish(actions[key], False, f"job {state}, no ack", "ack")
             for key in list(waiting):
                 # signalled_at - 1: whole-second clocks on some filesystems
-                ack = self._read_ack(jobs[key], waiting[key] - 1.0)
+                ack = self._read_ack(round_, jobs[key], waiting[key] - 1.0)
                 if ack is not None:
                     del waiting[key]
                     self._finish(actions[key], True, f"step {ack.step} in {ack.checkpoint}", "ack")
@@ -315,14 +374,16 @@ class SlurmEnactor:
             self.sleep(self.settings.poll_s)
         for key in waiting:
             out.no_ack.append(key)
-            self.journal.finish_action(
+            self._finish(
                 actions[key],
                 False,
                 f"no ack within {self.settings.ack_timeout_s:g} s: the job resumes from its "
                 "last periodic checkpoint",
+                "ack",
             )
             logger.warning(
-                "job %s (%s) did not ack its checkpoint within %g s; moving it anyway",
+                "round %d: job %s (%s) did not ack its checkpoint within %g s; moving it anyway",
+                round_,
                 key,
                 jobs[key].slurm_id,
                 self.settings.ack_timeout_s,
@@ -339,7 +400,22 @@ class SlurmEnactor:
         the keys Slurm accepted the requeue of."""
         if not signalled:
             return {}, set()
-        current = self._current([jobs[k].slurm_id for k in signalled])
+        current = self._look([jobs[k].slurm_id for k in signalled])
+        if current is None:
+            # Not knowing whether a job still runs, requeueing could run a finished one again:
+            # every job is left where it runs, reported, and called off.
+            for key in signalled:
+                out.failed[key] = (
+                    "Slurm did not answer before the requeue: the job was left running where it "
+                    "was and trains on"
+                )
+                logger.warning(
+                    "round %d: job %s (%s): Slurm does not answer; not requeued, trains on",
+                    round_,
+                    key,
+                    jobs[key].slurm_id,
+                )
+            return {}, set()
         asked: dict[str, ManagedJob] = {}
         for key in signalled:
             job = jobs[key]
@@ -348,13 +424,15 @@ class SlurmEnactor:
                 # It finished (or vanished) meanwhile: requeueing would run it again.
                 state = "gone" if now is None else now.state.value
                 out.finished.append(key)
-                logger.info("job %s (%s) is %s now; not requeued", key, job.slurm_id, state)
+                logger.info(
+                    "round %d: job %s (%s) is %s; not requeued", round_, key, job.slurm_id, state
+                )
                 continue
             if self._step(
                 round_,
                 job,
                 "requeue_hold",
-                {},
+                {"restart_count": job.leader.restart_count},
                 partial(self.slurm.requeue_hold, job.slurm_id),
                 out,
             ):
@@ -366,7 +444,7 @@ class SlurmEnactor:
         waiting = dict(jobs)
         deadline = self.clock() + self.settings.requeue_timeout_s
         while waiting:
-            current = self._current([j.slurm_id for j in waiting.values()])
+            current = self._current([j.slurm_id for j in waiting.values()]) or {}
             for key in list(waiting):
                 now = current.get(waiting[key].slurm_id)
                 if now is not None and now.held:
@@ -481,32 +559,30 @@ class SlurmEnactor:
         ):
             self._release_quietly(round_, job, out)
             return False
-        action = self.journal.begin_action(
-            round_,
-            job.key,
-            job.slurm_id,
-            "submit",
-            {"slices": [[s.node, s.gpu_type, s.count] for s in target.slices]},
-        )
+        slices = {"slices": [[s.node, s.gpu_type, s.count] for s in target.slices]}
+        # Open until the old job is cancelled: a crash in between leaves it to reconcile.
+        opened = self._begin(round_, job, "resubmit", slices)
+        action = self._begin(round_, job, "submit", slices)
         try:
             new_id = self.slurm.submit(script, components, uid=leader.user_id, gid=leader.group_id)
         except Exception as exc:
-            self.journal.finish_action(action, False, str(exc))
+            self._finish(action, False, str(exc), "submit")
             out.failed[job.key] = f"re-submission failed: {exc}"
             self._release_quietly(round_, job, out)
+            self._finish(opened, False, f"re-submission failed: {exc}", "resubmit")
             return False
         self._finish(action, True, f"new job {new_id}", "submit")
         out.resubmitted[job.key] = new_id
         # The template's own `#SBATCH --hold` came along with the script: release the copy.
-        action = self.journal.begin_action(round_, job.key, new_id, "release", {})
+        action = self._begin(round_, job, "release", {}, slurm_id=new_id)
         try:
             self.slurm.release(new_id)
         except SlurmError as exc:
-            self.journal.finish_action(action, False, str(exc))
+            self._finish(action, False, str(exc), "release")
             out.failed[job.key] = f"release of the re-submitted job {new_id} failed: {exc}"
         else:
             self._finish(action, True, "", "release")
-        self._step(
+        cancelled = self._step(
             round_,
             job,
             "cancel",
@@ -514,6 +590,7 @@ class SlurmEnactor:
             lambda: self.slurm.cancel(job.slurm_id),
             out,
         )
+        self._finish(opened, cancelled, f"replaced by job {new_id}", "resubmit")
         return True
 
     # -- helpers -------------------------------------------------------------------------------
@@ -532,43 +609,75 @@ class SlurmEnactor:
     ) -> bool:
         """Record, take and record the outcome of one action; False if it failed, and
         reported as the job's failure unless `quiet` or the error is one of `benign`."""
-        action_id = self.journal.begin_action(round_, job.key, job.slurm_id, kind, detail)
+        action_id = self._begin(round_, job, kind, detail)
         try:
             action()
         except Exception as exc:  # this job's failure, recorded; never the round's
-            self.journal.finish_action(action_id, False, str(exc))
+            self._finish(action_id, False, str(exc), kind)
             quiet = quiet or isinstance(exc, benign)
             if not quiet:
                 out.failed.setdefault(job.key, f"{kind} failed: {exc}")
             log = logger.debug if quiet else logger.warning
-            log("job %s (%s): %s failed: %s", job.key, job.slurm_id, kind, exc)
+            log("round %d: job %s (%s): %s failed: %s", round_, job.key, job.slurm_id, kind, exc)
             if not isinstance(exc, HetschedError | OSError | ValueError):
-                logger.exception("unexpected error in %s of job %s", kind, job.key)
+                logger.exception("round %d: unexpected error in %s of %s", round_, kind, job.key)
             return False
         self._finish(action_id, True, "", kind)
         return True
 
+    def _begin(
+        self,
+        round_: int,
+        job: ManagedJob,
+        kind: str,
+        detail: dict[str, Any],
+        *,
+        slurm_id: str | None = None,
+    ) -> int:
+        """Journal an action as pending, before it is taken."""
+        action_id = self.journal.begin_action(
+            round_, job.key, slurm_id or job.slurm_id, kind, detail
+        )
+        self._failpoint("before", kind)
+        return action_id
+
     def _finish(self, action_id: int, ok: bool, outcome: str, kind: str) -> None:
         self.journal.finish_action(action_id, ok, outcome)
-        if self._failpoint and self._failpoint == kind:
-            logger.error("failpoint after:%s reached; killing the controller", kind)
+        self._failpoint("after", kind)
+
+    def _failpoint(self, when: str, kind: str) -> None:
+        if self.settings.failpoint == f"{when}:{kind}":
+            logger.error("failpoint %s:%s reached; killing the controller", when, kind)
             os.kill(os.getpid(), signal.SIGKILL)
 
     def _release_quietly(self, round_: int, job: ManagedJob, out: EnactOutcome) -> None:
-        """Hand a job whose placement failed back to Slurm rather than leave it held."""
-        current = self._current([job.slurm_id]).get(job.slurm_id)
-        if current is not None and current.held:
-            self._step(round_, job, "release", {}, lambda: self.slurm.release(job.slurm_id), out)
+        """Hand a job whose placement failed back to Slurm rather than leave it held (when
+        Slurm does not say, the release is tried: a job not held refuses it harmlessly)."""
+        current = self._current([job.slurm_id])
+        record = current.get(job.slurm_id) if current is not None else None
+        if current is None or (record is not None and record.held):
+            release = partial(self.slurm.release, job.slurm_id)
+            self._step(round_, job, "release", {}, release, out, benign=(InvalidRequestError,))
 
-    def _current(self, job_ids: list[str]) -> dict[str, SlurmJob]:
-        """The jobs' records now, by id (missing ones absent)."""
+    def _current(self, job_ids: list[str]) -> dict[str, SlurmJob] | None:
+        """The jobs' records now, by id (jobs Slurm no longer lists are absent); None when
+        Slurm did not answer, which says nothing about the jobs."""
         try:
             jobs = self.slurm.list_jobs()
         except SlurmError as exc:
             logger.warning("cannot list jobs: %s", exc)
-            return {}
+            return None
         wanted = set(job_ids)
         return {j.job_id: j for j in jobs if j.job_id in wanted and j.het_job_offset in (None, 0)}
+
+    def _look(self, job_ids: list[str]) -> dict[str, SlurmJob] | None:
+        """`_current`, asked again until Slurm answers or `requeue_timeout_s` passed."""
+        deadline = self.clock() + self.settings.requeue_timeout_s
+        while True:
+            current = self._current(job_ids)
+            if current is not None or self.clock() >= deadline:
+                return current
+            self.sleep(max(self.settings.poll_s, _STATE_LOOK_S))
 
     def _write_placement(self, round_: int, job: ManagedJob, target: Placement) -> None:
         payload = {
@@ -582,7 +691,7 @@ class SlurmEnactor:
         }
         write_placement(self._folder(job), payload)
 
-    def _write_request(self, job: ManagedJob, at: float) -> None:
+    def _write_request(self, round_: int, job: ManagedJob, at: float) -> None:
         try:
             write_checkpoint_request(
                 self._folder(job),
@@ -592,7 +701,9 @@ class SlurmEnactor:
             )
         except Exception as exc:
             # The signal still goes out; only a job that is still starting would miss it.
-            logger.warning("job %s: cannot write its checkpoint request: %s", job.key, exc)
+            logger.warning(
+                "round %d: job %s: cannot write its checkpoint request: %s", round_, job.key, exc
+            )
 
     def _folder(self, job: ManagedJob) -> JobFolder:
         """The job's state folder (`<root>/<uid>/<key>`; copies share their key's)."""
@@ -601,7 +712,7 @@ class SlurmEnactor:
             raise StateFolderError(f"job {job.slurm_id}: Slurm reports no user id")
         return JobFolder(self.settings.state_root, uid, job.job_key, job.leader.group_id)
 
-    def _read_ack(self, job: ManagedJob, signalled_at: float) -> CheckedAck | None:
+    def _read_ack(self, round_: int, job: ManagedJob, signalled_at: float) -> CheckedAck | None:
         try:
             return read_ack(
                 self._folder(job),
@@ -610,7 +721,7 @@ class SlurmEnactor:
                 signalled_at=signalled_at,
             )
         except Exception as exc:  # no ack: the job is moved at the timeout like any other
-            logger.warning("job %s: cannot read its ack: %s", job.key, exc)
+            logger.warning("round %d: job %s: cannot read its ack: %s", round_, job.key, exc)
             return None
 
     def _resubmit_environment(self, job: ManagedJob) -> dict[str, str]:

@@ -4,7 +4,8 @@ Pure: it takes the records `squeue --json` and `sinfo --json` gave (and a functi
 job's trusted progress) and returns values; it runs no command and reads no file itself, so the
 recorded JSON of a real cluster tests it.
 
-A job is managed when its comment holds a `hetsched:` spec (docs/interfaces.md). The spec is
+A job is managed when it is in the controller's scope (its partitions and QOS:
+controller/scope.py) and its comment holds a `hetsched:` spec (docs/interfaces.md). The spec is
 re-read every round: a user may edit it at any time. A job whose spec is malformed, names a class
 the throughput table does not know, asks for GPUs in a way the controller cannot move, names a
 job key bound to another user (controller/keys.py), or was set aside because the policy failed
@@ -21,11 +22,12 @@ from dataclasses import dataclass, field
 from datetime import tzinfo
 
 from slurm_hetsched.controller.keys import KeyBinding, KeyClaim, job_id_order, resolve_keys
+from slurm_hetsched.controller.scope import Scope
+from slurm_hetsched.controller.snapshot import expand_nodes, snapshot_job, snapshot_nodes
 from slurm_hetsched.core.jobspec import JobSpec, JobSpecError, is_managed, parse_job_spec
-from slurm_hetsched.core.model import ClusterSnapshot, Job, Node
+from slurm_hetsched.core.model import ClusterSnapshot
 from slurm_hetsched.core.throughput import ThroughputTable, UnknownJobClassError
 from slurm_hetsched.slurm.records import JobState, SlurmJob, SlurmNode
-from slurm_hetsched.wrapper.placement import expand_hostlist
 
 logger = logging.getLogger(__name__)
 
@@ -136,7 +138,7 @@ class SlurmView:
         now_s: when it was taken (Unix seconds).
         managed: job key -> managed job (active ones only: pending, running, suspended).
         rejected: jobs with a spec the controller refuses, with the reason.
-        nodes: Slurm's nodes.
+        nodes: Slurm's nodes in the managed partitions (the snapshot's, in the same order).
         snapshot: what the decision core sees: nodes with the GPUs of unmanaged jobs counted as
             in use, and the managed jobs that can be scheduled.
         busy: managed jobs still finishing a requeue or a run (COMPLETING): their GPUs are in
@@ -173,7 +175,8 @@ def build_view(
     now_s: float,
     table: ThroughputTable,
     local_tz: tzinfo,
-    partition: str | None = None,
+    partitions: Sequence[str] = (),
+    qos: Sequence[str] = (),
     progress: Callable[[ManagedJob], Progress | None] | None = None,
     arrivals: Mapping[str, float] | None = None,
     measured: Mapping[str, Mapping[str, float]] | None = None,
@@ -189,7 +192,9 @@ def build_view(
         now_s: the observation's time (Unix seconds).
         table: the throughput table; a class it does not know is rejected.
         local_tz: the time zone of a `due=` without an offset.
-        partition: manage only jobs of this partition (None: every partition).
+        partitions: manage only jobs of these partitions and plan onto their nodes only
+            (empty: every partition); jobs and nodes outside are left out (controller/scope.py).
+        qos: manage only jobs of these QOS (empty: any).
         progress: reads a managed job's checked progress report (None: no reports).
         arrivals: job key -> arrival time remembered from earlier rounds (a requeue resets
             Slurm's submit time; the first one seen stays the job's arrival).
@@ -203,6 +208,8 @@ def build_view(
     arrivals = arrivals or {}
     measured = measured or {}
     set_aside = set_aside or {}
+    scope = Scope.of(partitions, qos)
+    nodes = [node for node in nodes if scope.manages_node(node)]
     # A GPU type the table has no column for cannot be decided on: its GPUs are left to Slurm.
     profiled = set(table.gpu_types)
     unprofiled = tuple(sorted({t for node in nodes for t in node.gpus} - profiled))
@@ -221,7 +228,7 @@ def build_view(
         leader = group[0]
         if not is_managed(leader.comment) or not leader.state.is_active:
             continue
-        if partition is not None and leader.partition != partition:
+        if not scope.manages_job(leader):
             continue
         try:
             spec = parse_job_spec(leader.comment, local_tz=local_tz, now_s=now_s)
@@ -244,9 +251,7 @@ def build_view(
         )
         for group, spec, key in parsed
     ]
-    keys = resolve_keys(
-        claims, key_bindings or {}, now_s=now_s, release_after_s=key_release_s
-    )
+    keys = resolve_keys(claims, key_bindings or {}, now_s=now_s, release_after_s=key_release_s)
     # 3. What is left must be a job the controller can schedule and move.
     for group, spec, job_key in parsed:
         leader = group[0]
@@ -292,14 +297,9 @@ def build_view(
         if job.state is not JobState.COMPLETING:
             for name, count in job.gpus_by_node().items():
                 ours[name] = ours.get(name, 0) + count
-    snapshot_nodes = tuple(_snapshot_node(node, ours.get(node.name, 0), profiled) for node in nodes)
     snapshot_jobs = tuple(
-        _model_job(
-            job,
-            reports.get(key),
-            arrivals.get(key),
-            _measurements(job, reports.get(key), measured.get(key, {}), gpu_types),
-            now_s,
+        snapshot_job(
+            job, reports.get(key), arrivals.get(key), measured.get(key, {}), gpu_types, now_s
         )
         for key, job in sorted(managed.items())
         if job.state in _SCHEDULABLE
@@ -309,30 +309,15 @@ def build_view(
         managed=managed,
         rejected=tuple(rejected),
         nodes=tuple(nodes),
-        snapshot=ClusterSnapshot(now_s=now_s, nodes=snapshot_nodes, jobs=snapshot_jobs),
+        snapshot=ClusterSnapshot(
+            now_s=now_s, nodes=snapshot_nodes(nodes, ours, profiled), jobs=snapshot_jobs
+        ),
         busy=tuple(busy),
         progress=reports,
         unprofiled_gpu_types=unprofiled,
         key_bindings=keys.bindings,
         set_aside=still_aside,
     )
-
-
-def expand_nodes(text: str) -> list[str]:
-    """Slurm's node list ('n1,n3' or 'n[1-2],gpu7') as node names."""
-    names: list[str] = []
-    depth, start = 0, 0
-    for i, char in enumerate(text + ","):
-        if char == "[":
-            depth += 1
-        elif char == "]":
-            depth -= 1
-        elif char == "," and depth == 0:
-            term = text[start:i].strip()
-            if term:
-                names.extend(expand_hostlist(term))
-            start = i + 1
-    return names
 
 
 def _job_groups(jobs: Iterable[SlurmJob]) -> list[list[SlurmJob]]:
@@ -399,80 +384,4 @@ def _managed_job(
         num_gpus=num_gpus,
         job_key=job_key,
         copy=spec.copy,
-    )
-
-
-
-def _snapshot_node(node: SlurmNode, ours: int, profiled: set[str]) -> Node:
-    """The node with only the GPUs of unmanaged jobs (and managed jobs in COMPLETING) in use,
-    and only the GPU types the throughput table knows; `ours`: GPUs managed jobs (not
-    COMPLETING) hold on it."""
-    in_use: dict[str, int] = {}
-    gpus = {t: n for t, n in node.gpus.items() if t in profiled}
-    for gpu_type in sorted(gpus):
-        used = node.gpus_used.get(gpu_type, 0)
-        taken_back = min(ours, used)
-        ours -= taken_back
-        in_use[gpu_type] = min(node.gpus[gpu_type], max(0, used - taken_back))
-    return Node(
-        name=node.name,
-        gpus=gpus,
-        gpus_in_use=in_use,
-        features=node.features,
-        available=node.available,
-    )
-
-
-def _measurements(
-    job: ManagedJob,
-    progress: Progress | None,
-    before: Mapping[str, float],
-    gpu_types: Sequence[str],
-) -> dict[str, float]:
-    """The job's measured steps/s per GPU type: what earlier rounds saw, updated with the
-    report of the run now going (training, not paused, on one known type)."""
-    out = {t: v for t, v in before.items() if t in gpu_types}
-    if (
-        progress is not None
-        and job.running
-        and progress.status == "running"
-        and progress.restart_count in (None, job.leader.restart_count)
-        and progress.gpu_type is not None
-        and progress.gpu_type in gpu_types
-        and progress.steps_per_s is not None
-        and progress.steps_per_s > 0
-    ):
-        out[progress.gpu_type] = progress.steps_per_s
-    return out
-
-
-def _model_job(
-    job: ManagedJob,
-    progress: Progress | None,
-    arrival_s: float | None,
-    measured: Mapping[str, float],
-    now_s: float,
-) -> Job:
-    spec = job.spec
-    total = spec.steps if spec.steps is not None else (progress.total_steps if progress else None)
-    remaining: float | None = None
-    if total is not None:
-        done = progress.step if progress else 0
-        remaining = float(max(0, total - done))
-    if arrival_s is None:
-        arrival_s = float(job.leader.submit_time or now_s)
-    return Job(
-        key=job.key,
-        job_class=spec.job_class,
-        num_gpus=job.num_gpus,
-        steps_remaining=remaining,
-        total_steps=None if total is None else float(total),
-        weight=spec.weight,
-        account=job.leader.account,
-        user=job.leader.user,
-        arrival_s=arrival_s,
-        due_s=spec.due_s,
-        tardiness_weight=spec.tardiness_weight,
-        slurm_job_ids=(job.slurm_id,),
-        measured_steps_per_s=measured,
     )

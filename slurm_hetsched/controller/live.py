@@ -22,7 +22,13 @@ from slurm_hetsched.controller.admin_comment import (
     format_rejected_comment,
     needs_update,
 )
-from slurm_hetsched.controller.enact import EnactOutcome, Journal, SlurmEnactor
+from slurm_hetsched.controller.enact import (
+    EnactOutcome,
+    Journal,
+    SlurmEnactor,
+    runs_on,
+    starting_on,
+)
 from slurm_hetsched.controller.jobview import (
     DEFAULT_KEY_RELEASE_S,
     ManagedJob,
@@ -33,7 +39,7 @@ from slurm_hetsched.controller.jobview import (
 )
 from slurm_hetsched.controller.keys import KeyBinding
 from slurm_hetsched.controller.statefiles import JobFolder, read_progress
-from slurm_hetsched.core.model import RoundPlan
+from slurm_hetsched.core.model import Placement, RoundPlan
 from slurm_hetsched.core.ports import EnactReport, Observation, RoundRecord
 from slurm_hetsched.core.throughput import ThroughputTable
 from slurm_hetsched.errors import HetschedError, InvalidRequestError, SlurmError
@@ -54,7 +60,8 @@ class ObserveSettings:
     Attributes:
         state_root: the folder holding one state folder per job key.
         local_tz: the time zone of a `due=` without an offset (None: the host's).
-        partition: manage only this partition's jobs (None: all).
+        partitions: manage only these partitions' jobs and nodes (empty: all).
+        qos: manage only jobs of these QOS (empty: any).
         progress_max_age_s: a progress report older than this is ignored.
         release_rejected: hand held jobs with a bad spec back to Slurm.
         key_release_s: a job key stays bound to its user this long after its last job left
@@ -63,7 +70,8 @@ class ObserveSettings:
 
     state_root: Path
     local_tz: tzinfo | None = None
-    partition: str | None = None
+    partitions: tuple[str, ...] = ()
+    qos: tuple[str, ...] = ()
     progress_max_age_s: float = 600.0
     release_rejected: bool = True
     key_release_s: float = DEFAULT_KEY_RELEASE_S
@@ -168,7 +176,8 @@ class SlurmCluster:
             now_s=now_s,
             table=self.table,
             local_tz=tz,
-            partition=self.settings.partition,
+            partitions=self.settings.partitions,
+            qos=self.settings.qos,
             progress=lambda job: self._progress(job, now_s),
             arrivals=arrivals,
             measured=measured,
@@ -198,13 +207,17 @@ class SlurmCluster:
                 )
         ran_s: dict[str, float] = {}
         finished: tuple[str, ...] = ()
+        not_running: tuple[str, ...] = ()
         if last is not None:
+            not_running = _not_running(view, last.state.placements)
             for key in last.state.placements:
                 job = view.managed.get(key)
                 if job is not None and job.running and job.leader.start_time is not None:
                     ran_s[key] = max(0.0, view.now_s - max(last.now_s, job.leader.start_time))
             finished = tuple(sorted(set(last.allocation.job_ids) - set(view.managed)))
-        return Observation(snapshot=view.snapshot, ran_s=ran_s, finished=finished)
+        return Observation(
+            snapshot=view.snapshot, ran_s=ran_s, finished=finished, not_running=not_running
+        )
 
     def _progress(self, job: ManagedJob, now_s: float) -> Progress | None:
         if job.leader.user_id is None:
@@ -257,7 +270,9 @@ class SlurmCluster:
                 continue
             kept[key] = SetAside(job.leader.comment, reason, plan.round)
             out.append((job.leader, f"set aside in round {plan.round}: {reason}"))
-            logger.warning("job %s (%s) set aside: %s", key, job.slurm_id, reason)
+            logger.warning(
+                "round %d: job %s (%s) set aside: %s", plan.round, key, job.slurm_id, reason
+            )
         self._save_set_aside(kept)
         return out
 
@@ -278,16 +293,24 @@ class SlurmCluster:
             text = format_rejected_comment(reason)
             try:
                 if needs_update(job.admin_comment, text):
-                    logger.warning("job %s of %s is not managed: %s", job.job_id, job.user, reason)
+                    logger.warning(
+                        "round %d: job %s of %s is not managed: %s",
+                        round_,
+                        job.job_id,
+                        job.user,
+                        reason,
+                    )
                     self.slurm.update(job.job_id, JobUpdate(admin_comment=text))
                     self.last.comments_written += 1
             except Exception as exc:  # one job's failure never stops the others'
-                logger.warning("job %s: cannot write its admin comment: %s", job.job_id, exc)
+                logger.warning(
+                    "round %d: job %s: cannot write its admin comment: %s", round_, job.job_id, exc
+                )
             try:
                 if self.settings.release_rejected and job.held and _hold_is_ours(job):
                     self._hand_back(round_, job, reason)
             except Exception as exc:
-                logger.warning("job %s: cannot release it: %s", job.job_id, exc)
+                logger.warning("round %d: job %s: cannot release it: %s", round_, job.job_id, exc)
 
     def _hand_back(self, round_: int, job: SlurmJob, reason: str) -> None:
         """Release a refused job to Slurm, without the target an earlier round gave it."""
@@ -339,9 +362,31 @@ class SlurmCluster:
                 self.last.comments_written += 1
             except InvalidRequestError as exc:
                 # It finished while the round ran: nothing left to show.
-                logger.debug("job %s (%s): no admin comment: %s", key, job_id, exc)
+                logger.debug("round %d: job %s (%s): no comment: %s", plan.round, key, job_id, exc)
             except Exception as exc:  # one job's failure never stops the others'
-                logger.warning("job %s (%s): cannot write its admin comment: %s", key, job_id, exc)
+                logger.warning(
+                    "round %d: job %s (%s): cannot write its admin comment: %s",
+                    plan.round,
+                    key,
+                    job_id,
+                    exc,
+                )
+
+
+def _not_running(view: SlurmView, placements: Mapping[str, Placement]) -> tuple[str, ...]:
+    """The placed jobs Slurm does not show on their placement: neither running there nor
+    released to start there (requeued, a half-done move, pending after a slurmctld restart)."""
+    out = []
+    for key, placement in sorted(placements.items()):
+        job = view.managed.get(key)
+        if job is None:
+            continue  # finished: the round forgets it anyway
+        there = (job.running and runs_on(job, placement)) or (
+            job.state is JobState.PENDING and starting_on(job, placement)
+        )
+        if not there:
+            out.append(key)
+    return tuple(out)
 
 
 def _reason(key: str, outcome: EnactOutcome, placements: dict, job: ManagedJob) -> str:  # type: ignore[type-arg]
@@ -363,9 +408,9 @@ def _reason(key: str, outcome: EnactOutcome, placements: dict, job: ManagedJob) 
 def _hold_is_ours(job: SlurmJob) -> bool:
     """Whether a refused job waits on a hold the controller may lift: the template's
     submission hold the first time the job is seen, or any hold of a job it managed before
-    (its own requeue-holds and holds). A hold the user sets after the job was handed back is
-    theirs."""
-    if job.admin_comment.startswith(f"{PREFIX} not-managed"):
+    (its own requeue-holds and holds). A hold the user sets after the job was handed back
+    (refused, or by `hetsched handback`) is theirs."""
+    if job.admin_comment.startswith((f"{PREFIX} not-managed", f"{PREFIX} handed-back")):
         return False
     return job.reason == "JobHeldUser" or job.admin_comment.startswith(f"{PREFIX} r=")
 

@@ -178,7 +178,14 @@ class Controller:
         on_round: Callable[[RoundSummary], None] | None = None,
     ) -> None:
         """Run rounds until stopped (SIGTERM, SIGINT) or, with `once`, one round."""
-        self._install_signal_handlers()
+        previous = self._install_signal_handlers()
+        try:
+            self._serve(once=once, on_round=on_round)
+        finally:
+            for signum, handler in previous.items():
+                signal.signal(signum, handler)
+
+    def _serve(self, *, once: bool, on_round: Callable[[RoundSummary], None] | None) -> None:
         self._reconcile()
         while not self._stop.is_set():
             began = time.monotonic()
@@ -186,6 +193,8 @@ class Controller:
                 self._needs_reconcile = False
                 self._reconcile()
             summary = self.run_round()
+            if not self.dry_run:  # the watchdog's sign of life (controller/watchdog.py)
+                self.store.beat(time.time(), summary.fields.get("round"))
             if on_round is not None:
                 on_round(summary)
             if once:
@@ -200,30 +209,39 @@ class Controller:
             return
         while not self._stop.is_set():
             try:
-                done = reconcile(self.store, self.slurm)
+                done = reconcile(
+                    self.store,
+                    self.slurm,
+                    self.cluster.enactor,
+                    lambda: self.cluster.read_view(self.store.load()).managed,
+                )
             except SlurmError as exc:
                 logger.warning("cannot reconcile with Slurm yet (%s); retrying", exc)
                 self._stop.wait(min(30.0, self.settings.tick.round_s))
                 continue
             if done.interrupted:
                 logger.warning(
-                    "reconciled %d interrupted actions: requeue-held %s, cancelled %s",
+                    "reconciled %d interrupted actions: requeue-held %s, called off %s, "
+                    "cancelled %s",
                     len(done.interrupted),
                     done.requeue_held or "none",
+                    done.called_off or "none",
                     done.cancelled or "none",
                 )
             return
 
-    def _install_signal_handlers(self) -> None:
+    def _install_signal_handlers(self) -> dict[int, Any]:
+        """Stop after the round on SIGTERM and SIGINT; returns the handlers they replace."""
         if threading.current_thread() is not threading.main_thread():
-            return
+            return {}
 
         def on_signal(signum: int, frame: FrameType | None) -> None:
             logger.info("got %s: stopping after this round", signal.Signals(signum).name)
             self._stop.set()
 
-        signal.signal(signal.SIGTERM, on_signal)
-        signal.signal(signal.SIGINT, on_signal)
+        return {
+            signum: signal.signal(signum, on_signal) for signum in (signal.SIGTERM, signal.SIGINT)
+        }
 
     def close(self) -> None:
         if self._store is not None:

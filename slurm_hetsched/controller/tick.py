@@ -101,6 +101,7 @@ class Tick:
             state=state,
             snapshot=snapshot,
             ran_s=dict(observation.ran_s),
+            not_running=tuple(observation.not_running),
         )
         self.store.save_planned(record)  # written before any action is taken
         timer.lap("plan")
@@ -120,7 +121,11 @@ class Tick:
             return RoundState.initial(observation.snapshot.gpu_types)
         placed = last.state.placements
         ran = {job: s for job, s in observation.ran_s.items() if job in placed}
-        return record_round(last.state, ran)
+        state = record_round(last.state, ran)
+        running = _running_now(state.placements, observation)
+        if len(running) == len(state.placements):
+            return state
+        return dataclasses.replace(state, placements=running)
 
     def _decide(
         self,
@@ -243,6 +248,30 @@ def _isolate(
     if others and all(error([other]) is not None for other in others):
         return None  # every job fails alone: the solver, not this job
     return job, f"the policy fails with this job alone ({why[:160]})"
+
+
+def _running_now(
+    placements: Mapping[str, Placement], observation: Observation
+) -> dict[str, Placement]:
+    """The last round's placements that still hold: not reported as not running, and on GPUs
+    the snapshot still offers (a drained or vanished node, or GPUs taken by a job outside our
+    control, ends a placement), so a job whose move failed or whose node left is re-planned
+    instead of being counted twice."""
+    free = {
+        (node.name, t): node.free_gpus(t) for node in observation.snapshot.nodes for t in node.gpus
+    }
+    gone = set(observation.not_running)
+    present = {job.key for job in observation.snapshot.jobs}
+    kept: dict[str, Placement] = {}
+    for key in sorted(placements):
+        if key in gone or key not in present:
+            continue
+        slices = placements[key].slices
+        if all(free.get((s.node, s.gpu_type), 0) >= s.count for s in slices):
+            for s in slices:
+                free[(s.node, s.gpu_type)] -= s.count
+            kept[key] = placements[key]
+    return kept
 
 
 def _without(

@@ -26,11 +26,16 @@ class Observation:
             for the jobs placed in that round (a job that finished mid-round: until it
             finished). Fed to `record_round`, so received time counts the same in both.
         finished: jobs that finished since the last observation.
+        not_running: jobs the last round placed that do not run there now, by what the
+            cluster reports (requeued meanwhile, a move that failed half-way, pending again
+            after a controller or slurmctld restart): the round state forgets their
+            placements, so the round plans them like any job that waits.
     """
 
     snapshot: ClusterSnapshot
     ran_s: Mapping[str, float] = field(default_factory=dict)
     finished: tuple[str, ...] = ()
+    not_running: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,6 +66,7 @@ class RoundRecord:
             the round and must plan the same), or None.
         ran_s: the observation's seconds run per job in the round before (journaled with the
             snapshot: together they are everything the tick read from the cluster).
+        not_running: the observation's `not_running` (journaled for the replay too).
     """
 
     round: int
@@ -73,6 +79,7 @@ class RoundRecord:
     report: EnactReport | None = None
     snapshot: ClusterSnapshot | None = None
     ran_s: Mapping[str, float] = field(default_factory=dict)
+    not_running: tuple[str, ...] = ()
 
 
 class ClusterBackend(Protocol):

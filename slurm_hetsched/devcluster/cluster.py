@@ -16,8 +16,9 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from slurm_hetsched.devcluster import install, processes
+from slurm_hetsched.devcluster import install, processes, state
 from slurm_hetsched.devcluster.config import DevClusterConfig
+from slurm_hetsched.devcluster.plugins import plugins_line, resolve_spank_plugins, write_plugstack
 from slurm_hetsched.devcluster.render import (
     ClusterPaths,
     fake_device_count,
@@ -25,12 +26,16 @@ from slurm_hetsched.devcluster.render import (
     render_plugstack_conf,
     render_slurm_conf,
 )
+from slurm_hetsched.devcluster.tables import format_jobs, format_nodes
 from slurm_hetsched.errors import DevClusterError, SlurmError
-from slurm_hetsched.slurm import CliSlurmBackend, SlurmCli, SlurmJob, SlurmNode
+from slurm_hetsched.slurm import CliSlurmBackend, SlurmCli, SlurmNode
 
 logger = logging.getLogger(__name__)
 
 READY_TIMEOUT_S = 60.0
+# A daemon killed just before `up` shows as gone (its main thread a zombie) while its other
+# threads finish their system calls, e.g. a state save's fsync, still holding its port.
+PORT_RELEASE_S = 5.0
 
 
 class DevCluster:
@@ -71,8 +76,11 @@ class DevCluster:
         return len(self.running_daemons()) == 1 + len(self.config.nodes)
 
     # --- up --------------------------------------------------------------------------------
-    def up(self, spank_plugins: Sequence[Path] | None = None) -> str:
+    def up(self, spank_plugins: Sequence[Path] | None = None, *, clean: bool = False) -> str:
         """Install if needed, start what is not running, wait until every node is idle.
+
+        slurmctld restarts from its saved state (jobs kept), unless the folder is new, the last
+        stop was a `down` (which cancels every job) or `clean` is given (devcluster/state.py).
 
         Args:
             spank_plugins: SPANK plugin .so files to register (as `optional`) in
@@ -80,23 +88,32 @@ class DevCluster:
                 is (an empty one on the first start). When the list changes on a running
                 cluster, `scontrol reconfigure` makes new job steps load it, and the slurmds
                 are restarted so their job prolog runs it too (running jobs go on).
+            clean: start slurmctld without its saved state (every saved job and node state
+                is lost); only on a stopped cluster.
 
         Returns a report: the cluster's nodes and how to reach it. Idempotent.
 
         Raises:
-            DevClusterError: not root, a plugin that does not exist, a port taken, a daemon
-                that does not start (with the tail of its log), or nodes that never become idle.
+            DevClusterError: not root, a plugin that does not exist, `clean` while a daemon
+                runs, a port taken, a daemon that does not start (with the tail of its log),
+                or nodes that never become idle.
         """
         _require_root()
         plugins = None if spank_plugins is None else resolve_spank_plugins(spank_plugins)
         running = self.running_daemons()
+        if clean and running:
+            raise DevClusterError(
+                f"--clean starts slurmctld without its saved state, but {', '.join(running)} "
+                f"of the dev cluster in {self.paths.root} still run: run `hetsched devcluster "
+                "down` first (it cancels every job), then `hetsched devcluster up --clean`"
+            )
         if len(running) == 1 + len(self.config.nodes):
             self._check_same_layout()
             report = "dev cluster already running"
-            if plugins is not None and self._write_plugstack(plugins):
+            if plugins is not None and write_plugstack(self.paths, plugins):
                 report += "\n" + self._reload_plugins(running, plugins)
             elif plugins is not None:
-                report += "\n" + _plugins_line(plugins) + " (unchanged)"
+                report += "\n" + plugins_line(plugins) + " (unchanged)"
             return report + "\n" + self.status()
         if running:
             self._check_same_layout()
@@ -106,14 +123,27 @@ class DevCluster:
         install.ensure_munged(self.paths.munged_started)
         if "slurmctld" not in running:
             self._write_files()
-        changed = plugins is not None and self._write_plugstack(plugins)
-        self._start_daemons(running)
-        self._wait_ready()
+        changed = plugins is not None and write_plugstack(self.paths, plugins)
+        mode = state.choose_start(self.paths, clean=clean)
+        try:
+            self._start_daemons(running, mode)
+            drained = self._wait_ready()
+        except DevClusterError as exc:
+            if mode is state.StartMode.RESTORE and "slurmctld" not in running:
+                raise DevClusterError(f"{exc}\n{state.restart_hint(self.paths)}") from exc
+            raise
         report = f"dev cluster up in {time.monotonic() - started:.1f} s ({self.paths.root})\n"
+        if "slurmctld" not in running:
+            report += state.describe(mode, self.paths) + "\n"
+        if drained:
+            report += (
+                f"drained, so taking no jobs: {', '.join(drained)}; resume with "
+                f"`scontrol update NodeName={','.join(drained)} State=RESUME`\n"
+            )
         if changed and running:
             report += self._reload_plugins(running, plugins or ()) + "\n"
         elif plugins:
-            report += _plugins_line(plugins) + "\n"
+            report += plugins_line(plugins) + "\n"
         return report + self.status() + f"\nuse it with: export SLURM_CONF={self.slurm_conf}"
 
     def install(self) -> str:
@@ -143,7 +173,12 @@ class DevCluster:
             if f"slurmd {node.name}" not in running:
                 port = self.config.slurmd_port(index)
                 wanted.append((f"slurmd {node.name}", port, "slurmd_port_base"))
+        deadline = time.monotonic() + PORT_RELEASE_S
         for daemon, port, key in wanted:
+            if processes.port_in_use(port) and time.monotonic() < deadline:
+                logger.info("port %d for %s is taken; waiting for it to be released", port, daemon)
+            while processes.port_in_use(port) and time.monotonic() < deadline:
+                time.sleep(0.1)
             if processes.port_in_use(port):
                 raise DevClusterError(
                     f"port {port} for {daemon} is already in use (another Slurm, or a dev cluster "
@@ -167,22 +202,6 @@ class DevCluster:
         paths.gres_conf.write_text(render_gres_conf(self.config, paths))
         if not paths.plugstack_conf.exists():
             paths.plugstack_conf.write_text(render_plugstack_conf([]))
-
-    def _write_plugstack(self, plugins: Sequence[Path]) -> bool:
-        """Write etc/plugstack.conf listing `plugins`; returns whether its text changed."""
-        text = render_plugstack_conf(plugins)
-        target = self.paths.plugstack_conf
-        try:
-            if target.read_text() == text:
-                return False
-        except OSError:
-            pass
-        target.parent.mkdir(parents=True, exist_ok=True)
-        # Atomic: every sbatch and job step reads this file, possibly right now.
-        partial = target.with_name(target.name + ".new")
-        partial.write_text(text)
-        os.replace(partial, target)
-        return True
 
     def _reload_plugins(self, running: dict[str, int], plugins: Sequence[Path]) -> str:
         """Make daemons that were already running load the plugstack.conf just written.
@@ -212,18 +231,17 @@ class DevCluster:
         detail = "scontrol reconfigure"
         if restarted:
             detail = "restarted slurmd " + ", ".join(restarted) + ", " + detail
-        return f"{_plugins_line(plugins)} ({detail})"
+        return f"{plugins_line(plugins)} ({detail})"
 
-    def _start_daemons(self, running: dict[str, int]) -> None:
-        conf = str(self.slurm_conf)
+    def _start_daemons(self, running: dict[str, int], mode: state.StartMode) -> None:
         if "slurmctld" not in running:
-            # -c: a clean start that forgets jobs of an earlier run; -i: ignore state errors.
             self._start(
                 "slurmctld",
-                ["slurmctld", "-f", conf, "-c", "-i"],
+                state.slurmctld_argv(self.slurm_conf, mode),
                 self.paths.slurmctld_log,
                 self.slurmctld_pid,
             )
+            state.forget_stopped_clean(self.paths)
         for node in self.config.nodes:
             if f"slurmd {node.name}" not in running:
                 self._start_slurmd(node.name)
@@ -256,7 +274,8 @@ class DevCluster:
             f"last lines of {log}:\n{processes.tail(log)}"
         )
 
-    def _wait_ready(self) -> None:
+    def _wait_ready(self) -> list[str]:
+        """Wait until every node answers; returns the drained ones (ready, but taking no jobs)."""
         deadline = time.monotonic() + READY_TIMEOUT_S
         nodes: list[SlurmNode] = []
         last_error = ""
@@ -266,12 +285,17 @@ class DevCluster:
                 last_error = ""
             except SlurmError as exc:
                 last_error = str(exc)
-            # Nodes that already run jobs (a partial restart) count as ready too.
-            ready = [n for n in nodes if n.available]
+            # Nodes that already run jobs (a partial restart) count as ready too, and so do
+            # drained ones: a drain restored from the saved state is an admin's decision.
+            drained = [n.name for n in nodes if state.drained_but_answering(n)]
+            ready = [n for n in nodes if n.available or n.name in drained]
             if nodes and len(ready) == len(self.config.nodes):
-                return
+                return drained
             if self.slurmctld_pid() is None:
-                break
+                tail = processes.tail(self.paths.slurmctld_log)
+                raise DevClusterError(
+                    f"slurmctld stopped; {self.paths.slurmctld_log} ends:\n{tail}"
+                )
             time.sleep(0.2)
         states = ", ".join(f"{n.name}={n.state}" for n in nodes) or last_error or "no nodes"
         logs = "\n".join(
@@ -283,8 +307,13 @@ class DevCluster:
 
     # --- down ------------------------------------------------------------------------------
     def down(self) -> str:
-        """Cancel every job, stop our daemons (and munged if we started it); idempotent."""
+        """Cancel every job, stop our daemons (and munged if we started it); idempotent.
+
+        After a `down` that cancelled every job the next `up` starts clean; when slurmctld
+        was not running (or did not answer), its saved jobs are left for the next `up`.
+        """
         report = []
+        cancelled = None
         if self.slurmctld_pid() is not None:
             cancelled = self._cancel_all_jobs()
             if cancelled:
@@ -300,6 +329,10 @@ class DevCluster:
             report.append(f"stopped {len(stragglers)} leftover slurmstepd")
         if daemons:
             report.append("stopped " + ", ".join(order))
+        if cancelled is not None and "slurmctld" in daemons:
+            state.mark_stopped_clean(self.paths)  # written once slurmctld saved its last state
+        elif (note := state.unsaved_jobs_note(self.paths)) is not None:
+            report.append(note)
         munged = processes.read_pid(self.paths.munged_started)
         if processes.is_our_process(munged, "munged"):
             assert munged is not None
@@ -308,12 +341,13 @@ class DevCluster:
         self.paths.munged_started.unlink(missing_ok=True)
         return "; ".join(report) if report else "dev cluster was not running"
 
-    def _cancel_all_jobs(self) -> int:
+    def _cancel_all_jobs(self) -> int | None:
+        """Cancel every active job; the number cancelled, None if the jobs cannot be listed."""
         try:
             jobs = [j for j in self.backend.list_jobs() if j.state.is_active]
         except SlurmError as exc:
             logger.warning("cannot list jobs before stopping: %s", exc)
-            return 0
+            return None
         ids = sorted({j.het_job_id or j.job_id for j in jobs})
         for job_id in ids:
             try:
@@ -352,86 +386,6 @@ def _require_root() -> None:
         )
 
 
-def resolve_spank_plugins(plugins: Sequence[Path]) -> tuple[Path, ...]:
-    """Absolute paths of SPANK plugins to register, each checked to exist; duplicates dropped.
-
-    Relative paths are taken from the working directory.
-
-    Raises:
-        DevClusterError: a plugin file is missing (with how to build ours), or its path cannot
-            be written into plugstack.conf.
-    """
-    found: list[Path] = []
-    for plugin in plugins:
-        path = Path(os.path.abspath(plugin))
-        if not path.is_file():
-            raise DevClusterError(
-                f"SPANK plugin {path} not found: build it first with `make -C spank` "
-                "(needs gcc and Slurm's headers, Debian: libslurm-dev)"
-            )
-        if path not in found:
-            found.append(path)
-    try:
-        render_plugstack_conf(found)
-    except ValueError as exc:
-        raise DevClusterError(str(exc)) from exc
-    return tuple(found)
-
-
-def _plugins_line(plugins: Sequence[Path]) -> str:
-    if not plugins:
-        return "SPANK plugins: none registered"
-    return "SPANK plugins (optional): " + ", ".join(str(p) for p in plugins)
-
-
 def _controller_host() -> str:
     # slurmctld only runs on the host named in SlurmctldHost: this machine's short name.
     return socket.gethostname().split(".")[0]
-
-
-def format_nodes(nodes: list[SlurmNode]) -> str:
-    rows = [("NODE", "STATE", "GPUS (used/total)", "FEATURES", "PARTITIONS")]
-    for node in nodes:
-        gpus = ",".join(
-            f"{t or 'gpu'}:{node.gpus_used.get(t, 0)}/{n}" for t, n in sorted(node.gpus.items())
-        )
-        state = "+".join((node.state.lower(), *(f.lower() for f in node.state_flags)))
-        rows.append(
-            (
-                node.name,
-                state,
-                gpus or "-",
-                ",".join(node.features) or "-",
-                ",".join(node.partitions) or "-",
-            )
-        )
-    return _table(rows)
-
-
-def format_jobs(jobs: list[SlurmJob]) -> str:
-    if not jobs:
-        return "no jobs"
-    rows = [("JOBID", "NAME", "USER", "STATE", "REASON", "GPUS/NODE", "FEATURES", "NODES")]
-    for job in sorted(jobs, key=lambda j: (int(j.job_id), j.het_job_offset or 0)):
-        request = job.gpus_per_node.gres() if job.gpus_per_node else "-"
-        rows.append(
-            (
-                job.slurm_id,
-                job.name[:20],
-                job.user,
-                job.state.value,
-                job.reason if job.reason != "None" else "-",
-                request,
-                job.features or "-",
-                job.nodes or "-",
-            )
-        )
-    return _table(rows)
-
-
-def _table(rows: Sequence[tuple[str, ...]]) -> str:
-    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    return "\n".join(
-        "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
-        for row in rows
-    )

@@ -41,6 +41,11 @@ class ClusterPaths:
         return self.root / "state"
 
     @property
+    def job_state(self) -> Path:
+        """slurmctld's saved jobs; present once a slurmctld of this folder saved its state."""
+        return self.state / "job_state"
+
+    @property
     def log(self) -> Path:
         return self.root / "log"
 
@@ -67,6 +72,11 @@ class ClusterPaths:
 
     def slurmd_pid(self, node: str) -> Path:
         return self.run / f"slurmd-{node}.pid"
+
+    @property
+    def stopped_clean(self) -> Path:
+        """Exists while the last stop was a `down` that cancelled every job."""
+        return self.run / "stopped-clean"
 
     @property
     def munged_started(self) -> Path:

@@ -4,7 +4,9 @@ results. Plain values in, text out; the command line lives in cli.py.
 
 from __future__ import annotations
 
+import importlib
 import json
+import os
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -58,13 +60,15 @@ def run_simulate(request: SimulateRequest, out: TextIO = sys.stdout) -> list[Sim
     """Run the request; print a summary (one policy) or a comparison table (several).
 
     Raises:
-        ConfigError: an unknown policy, a bad cluster or option.
+        ConfigError: an unknown policy, a bad cluster or option, an output that cannot be
+            written or plots without matplotlib (these before anything is simulated).
         TraceError: a malformed trace or a job the cluster cannot run.
     """
     if not request.policies:
         raise ConfigError("no policy given; name one with --policy or several with --compare")
     for name in request.policies:
         _check_simulable(name)
+    _check_outputs(request)
     table = (
         data_files.shipped_throughputs()
         if request.throughputs is None
@@ -100,6 +104,48 @@ def run_simulate(request: SimulateRequest, out: TextIO = sys.stdout) -> list[Sim
             if request.json_out != "-":
                 print(f"wrote {path}", file=out)
     return results
+
+
+def _check_outputs(request: SimulateRequest) -> None:
+    """Refuse outputs that cannot be written now, not after a run of minutes."""
+    if request.json_out is not None and request.json_out != "-":
+        _check_file_output(Path(request.json_out), "--json")
+    if request.plots_dir is not None:
+        from slurm_hetsched.sim.report import GPUS_BUSY_FILE, JCT_CDF_FILE
+
+        _check_folder_output(request.plots_dir, "--plots")
+        if request.plots_dir.is_dir():
+            for name in (JCT_CDF_FILE, GPUS_BUSY_FILE):
+                _check_file_output(request.plots_dir / name, "--plots")
+        try:
+            importlib.import_module("matplotlib.backends.backend_agg")
+        except ImportError as exc:
+            raise ConfigError(
+                "--plots needs matplotlib, which is not installed: run `pip install "
+                "'slurm-hetsched[plots]'`, or leave out --plots"
+            ) from exc
+
+
+def _check_file_output(path: Path, flag: str) -> None:
+    if path.is_dir():
+        raise ConfigError(f"{flag} {path}: is a folder; give the path of a file to write")
+    folder = path.parent
+    if not folder.is_dir():
+        what = "is not a folder" if folder.exists() else "does not exist; create it first"
+        raise ConfigError(f"{flag} {path}: {folder} {what}")
+    if not os.access(folder, os.W_OK | os.X_OK) or (path.exists() and not os.access(path, os.W_OK)):
+        raise ConfigError(f"{flag} {path}: not writable (permission denied)")
+
+
+def _check_folder_output(path: Path, flag: str) -> None:
+    """`path` is a writable folder, or one that can be created (as write_plots does)."""
+    existing = path
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():
+        raise ConfigError(f"{flag} {path}: {existing} is a file, not a folder")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise ConfigError(f"{flag} {path}: cannot write in {existing} (permission denied)")
 
 
 def _check_simulable(name: str) -> None:

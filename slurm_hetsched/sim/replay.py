@@ -54,7 +54,7 @@ def replay_round(
     if previous is not None:
         known = {job.key for job in record.snapshot.jobs}
         finished = tuple(sorted(set(previous.allocation.job_ids) - known))
-    observation = Observation(record.snapshot, dict(record.ran_s), finished)
+    observation = Observation(record.snapshot, dict(record.ran_s), finished, record.not_running)
     return Tick(policy, site, _Recorded(observation), store, settings).run_round().plan
 
 

@@ -17,7 +17,13 @@ from collections.abc import Mapping
 from typing import Any
 
 from slurm_hetsched.errors import SlurmParseError
-from slurm_hetsched.slurm.records import GpuRequest, JobState, SlurmJob, SlurmNode
+from slurm_hetsched.slurm.records import (
+    NODE_BASE_STATES,
+    GpuRequest,
+    JobState,
+    SlurmJob,
+    SlurmNode,
+)
 
 # One GPU item of a GRES string: "gpu:v100:2", "gpu:2", "gpu:v100:2(S:0-1)",
 # "gpu:v100:1(IDX:0,2)", "gpu:(null):0(IDX:N/A)".
@@ -175,6 +181,8 @@ def parse_job(raw: Mapping[str, Any]) -> SlurmJob:
         standard_output=_text(raw.get("standard_output")),
         group_id=number(raw.get("group_id")),
         end_time=number(raw.get("end_time")) or None,
+        # "" without accounting (no slurmdbd): both recorded clusters report no QOS.
+        qos=_text(raw.get("qos")),
     )
 
 
@@ -189,8 +197,14 @@ def parse_jobs(text: str, what: str = "squeue --json") -> list[SlurmJob]:
 def _node_state(raw: Mapping[str, Any]) -> tuple[str, tuple[str, ...]]:
     value = raw.get("state")
     if isinstance(value, list):
+        # 26.05: base state and flags in one list (["IDLE", "DRAIN"]); the base is found by
+        # name, not position, and an unknown list keeps its first word as the base.
         states = [str(s).upper() for s in value]
-        return (states[0] if states else "UNKNOWN"), tuple(states[1:])
+        base = next((s for s in states if s in NODE_BASE_STATES), states[0] if states else "")
+        rest = list(states)
+        if base in rest:
+            rest.remove(base)
+        return base or "UNKNOWN", tuple(rest)
     flags = tuple(str(flag).upper() for flag in raw.get("state_flags") or ())
     return str(value or "UNKNOWN").upper(), flags
 

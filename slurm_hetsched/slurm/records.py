@@ -90,6 +90,7 @@ class SlurmJob:
     standard_output: str = ""
     group_id: int | None = None
     end_time: int | None = None
+    qos: str = ""
 
     @property
     def held(self) -> bool:
@@ -106,6 +107,45 @@ class SlurmJob:
     @property
     def is_het_component(self) -> bool:
         return self.het_job_id is not None
+
+
+# What Slurm's node states mean for planning, in one place. A node's state is one base state
+# (22.05: `state`, lowercase; 26.05: the base word of the `state` list) plus flags (22.05:
+# `state_flags`; 26.05: the other words of the list).
+NODE_BASE_STATES = frozenset({"UNKNOWN", "DOWN", "IDLE", "ALLOCATED", "ERROR", "MIXED", "FUTURE"})
+# Only these base states take new jobs: DOWN, ERROR, FUTURE and UNKNOWN never do, and a base
+# state a later Slurm adds is not trusted.
+PLANNABLE_BASE_STATES = frozenset({"IDLE", "MIXED", "ALLOCATED"})
+# Flags (and the combined names scontrol and sinfo print) under which no job is planned onto a
+# node. RESERVED: the node is in an active reservation (22.05 and 26.05 flag it so; MAINTENANCE
+# is added for a maintenance one); a job that asked for that reservation could use it, which
+# the controller does not do. A drained node with jobs still running is "mixed" + DRAIN.
+UNPLANNABLE_NODE_FLAGS = frozenset(
+    {
+        "DRAIN",
+        "DRAINED",
+        "DRAINING",
+        "FAIL",
+        "FAILING",
+        "MAINTENANCE",
+        "MAINT",
+        "RESERVED",
+        "RES",
+        "NOT_RESPONDING",
+        "NO_RESPOND",
+        "POWERED_DOWN",
+        "POWERING_DOWN",
+        "POWER_DOWN",
+        "POWER_DRAIN",
+        "POWERING_UP",
+        "REBOOT_REQUESTED",
+        "REBOOT_ISSUED",
+        "INVALID_REG",
+        "INVAL",
+        "DYNAMIC_FUTURE",
+        "BLOCKED",
+    }
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,25 +165,16 @@ class SlurmNode:
     alloc_cpus: int
 
     @property
+    def unplannable(self) -> tuple[str, ...]:
+        """The state words that keep jobs from being planned onto the node (empty: none)."""
+        base = self.state.upper()
+        flags = tuple(f.upper() for f in self.state_flags if f.upper() in UNPLANNABLE_NODE_FLAGS)
+        return flags if base in PLANNABLE_BASE_STATES else (base, *flags)
+
+    @property
     def available(self) -> bool:
-        """Up and taking jobs (not down, drained, failing or in maintenance)."""
-        blocked = {
-            "DOWN",
-            "DRAIN",
-            "DRAINED",
-            "DRAINING",
-            "FAIL",
-            "FAILING",
-            "INVAL",
-            "MAINTENANCE",
-            "NOT_RESPONDING",
-            "POWERED_DOWN",
-            "POWER_DOWN",
-            "REBOOT_ISSUED",
-            "FUTURE",
-            "UNKNOWN",
-        }
-        return self.state.upper() not in blocked and not blocked.intersection(self.state_flags)
+        """Up, taking jobs and in no reservation: jobs may be planned onto it."""
+        return not self.unplannable
 
     @property
     def gpus_free(self) -> dict[str, int]:

@@ -136,6 +136,7 @@ def record_to_json(r: RoundRecord) -> dict[str, Any]:
         "report": None if r.report is None else {"failed": dict(r.report.failed)},
         "snapshot": None if r.snapshot is None else snapshot_to_json(r.snapshot),
         "ran_s": dict(r.ran_s),
+        "not_running": list(r.not_running),
     }
 
 
@@ -151,6 +152,7 @@ def record_from_json(d: Mapping[str, Any]) -> RoundRecord:
         report=None if d["report"] is None else EnactReport(failed=dict(d["report"]["failed"])),
         snapshot=None if d.get("snapshot") is None else snapshot_from_json(d["snapshot"]),
         ran_s={str(k): float(v) for k, v in (d.get("ran_s") or {}).items()},
+        not_running=tuple(str(k) for k in d.get("not_running") or ()),
     )
 
 

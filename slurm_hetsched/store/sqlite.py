@@ -4,12 +4,16 @@ A round is written when planned, before any action is taken, and again when enac
 action on a job is written as `pending` before it is taken and marked `done` or `failed`
 after, so a controller restarted after a crash finds exactly what was under way
 (`pending_actions`) and can finish or undo it. The file is also the round history that
-`hetsched rounds` prints.
+`hetsched rounds` prints. Each round the service also records a heartbeat, which
+`hetsched watchdog` reads. The schema and its migrations are in store/schema.py.
 """
 
 from __future__ import annotations
 
 import json
+import logging
+import os
+import socket
 import sqlite3
 import time
 from collections.abc import Iterable, Iterator, Mapping
@@ -19,60 +23,14 @@ from pathlib import Path
 from typing import Any
 
 from slurm_hetsched.core.ports import RoundRecord
-from slurm_hetsched.errors import HetschedError
 from slurm_hetsched.store.codec import record_from_json, record_to_json
+from slurm_hetsched.store.schema import SCHEMA_VERSION, StoreError, migrate
 
-SCHEMA_VERSION = 1
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS rounds (
-    round       INTEGER PRIMARY KEY,
-    written_at  REAL NOT NULL,     -- Unix seconds of the last write
-    now_s       REAL NOT NULL,     -- the round's time on the controller's clock
-    policy      TEXT NOT NULL,
-    recomputed  INTEGER NOT NULL,
-    status      TEXT NOT NULL CHECK (status IN ('planned', 'enacted')),
-    record      TEXT NOT NULL      -- store/codec.py JSON of the RoundRecord
-);
-CREATE TABLE IF NOT EXISTS actions (
-    id           INTEGER PRIMARY KEY AUTOINCREMENT,
-    round        INTEGER NOT NULL,
-    job_key      TEXT NOT NULL,
-    slurm_job_id TEXT NOT NULL,
-    kind         TEXT NOT NULL,    -- signal, requeue_hold, update, placement, release, ...
-    detail       TEXT NOT NULL,    -- JSON: what exactly is done
-    status       TEXT NOT NULL CHECK (status IN ('pending', 'done', 'failed')),
-    outcome      TEXT NOT NULL DEFAULT '',
-    created_at   REAL NOT NULL,
-    finished_at  REAL
-);
-CREATE INDEX IF NOT EXISTS actions_by_status ON actions (status);
-CREATE INDEX IF NOT EXISTS actions_by_job ON actions (job_key);
--- Which user each job key belongs to (controller/keys.py).
-CREATE TABLE IF NOT EXISTS job_keys (
-    key       TEXT PRIMARY KEY,
-    uid       INTEGER NOT NULL,
-    user      TEXT NOT NULL,
-    job_id    TEXT NOT NULL,   -- the job that first used the key
-    submit_s  REAL NOT NULL,   -- that job's submit time
-    bound_s   REAL NOT NULL,
-    ended_s   REAL             -- when its last job left Slurm; NULL while one lives
-);
--- Jobs a round set aside because the policy failed with them (refused until their comment
--- changes or they leave).
-CREATE TABLE IF NOT EXISTS set_aside (
-    job       TEXT PRIMARY KEY,  -- the job's identity (key, or key#copy)
-    comment   TEXT NOT NULL,
-    reason    TEXT NOT NULL,
-    round     INTEGER NOT NULL
-);
-"""
+__all__ = ["SCHEMA_VERSION", "Action", "Heartbeat", "SqliteStore", "StoreError"]
+logger = logging.getLogger(__name__)
+
 _KEY_COLUMNS = ("key", "uid", "user", "job_id", "submit_s", "bound_s", "ended_s")
 _ASIDE_COLUMNS = ("job", "comment", "reason", "round")
-
-
-class StoreError(HetschedError, RuntimeError):
-    """The store file cannot be opened, or was written by an incompatible version."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,6 +49,16 @@ class Action:
     finished_at: float | None
 
 
+@dataclass(frozen=True, slots=True)
+class Heartbeat:
+    """The controller's last sign of life: when (Unix seconds), which process, which round."""
+
+    at_s: float
+    pid: int
+    host: str
+    round: int | None
+
+
 class SqliteStore:
     """A `StateStore` over one SQLite file, plus the action journal.
 
@@ -105,12 +73,21 @@ class SqliteStore:
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             self._db = sqlite3.connect(self.path, isolation_level=None, timeout=30.0)
-            self._db.execute("PRAGMA journal_mode=WAL")
-            self._db.execute("PRAGMA synchronous=FULL")  # a recorded action survives a crash
-            self._db.executescript(_SCHEMA)
         except (OSError, sqlite3.Error) as exc:
             raise StoreError(f"cannot open the store {self.path}: {exc}") from exc
-        self._check_version()
+        try:
+            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.execute("PRAGMA synchronous=FULL")  # a recorded action survives a crash
+            migrated_from = migrate(self._db, self.path)
+        except BaseException as exc:
+            self._db.close()
+            if isinstance(exc, sqlite3.Error):
+                raise StoreError(f"cannot open the store {self.path}: {exc}") from exc
+            raise
+        if 0 < migrated_from < SCHEMA_VERSION:
+            logger.info(
+                "store %s migrated from schema %d to %d", self.path, migrated_from, SCHEMA_VERSION
+            )
 
     def close(self) -> None:
         self._db.close()
@@ -197,6 +174,44 @@ class SqliteStore:
                 f"INSERT INTO {table} ({', '.join(columns)}) VALUES ({marks})", values
             )
 
+    # -- heartbeat -----------------------------------------------------------------------------
+
+    def beat(self, now_s: float, round_: int | None) -> None:
+        """Record that the controller is alive after a round (`round_` None: skipped).
+
+        Best effort: a failed write is logged, never raised, so a busy or full disk cannot
+        stop the service; the watchdog also checks the controller's lock before acting.
+        """
+        try:
+            with self._transaction():
+                self._db.execute(
+                    "INSERT INTO heartbeat (id, beat_s, pid, host, round) VALUES (1, ?, ?, ?, ?) "
+                    "ON CONFLICT (id) DO UPDATE SET beat_s = excluded.beat_s, "
+                    "pid = excluded.pid, host = excluded.host, round = excluded.round",
+                    (now_s, os.getpid(), socket.gethostname(), round_),
+                )
+        except sqlite3.Error as exc:
+            logger.warning("cannot record the heartbeat in %s: %s", self.path, exc)
+
+    def last_beat(self) -> Heartbeat | None:
+        """The last heartbeat, or None if no controller recorded one in this file."""
+        row = self._db.execute("SELECT beat_s, pid, host, round FROM heartbeat").fetchone()
+        return None if row is None else Heartbeat(float(row[0]), int(row[1]), row[2], row[3])
+
+    def last_written_s(self) -> float | None:
+        """When a round or an action was last written (Unix seconds), or None: the sign of
+        life of a controller that never recorded a heartbeat (older versions)."""
+        row = self._db.execute(
+            "SELECT max(t) FROM (SELECT max(written_at) AS t FROM rounds "
+            "UNION ALL SELECT max(coalesce(finished_at, created_at)) FROM actions)"
+        ).fetchone()
+        return None if row is None or row[0] is None else float(row[0])
+
+    def last_round_number(self) -> int | None:
+        """The number of the last recorded round, or None."""
+        row = self._db.execute("SELECT max(round) FROM rounds").fetchone()
+        return None if row is None or row[0] is None else int(row[0])
+
     # -- history -------------------------------------------------------------------------------
 
     def rounds(self, last: int | None = None) -> list[RoundRecord]:
@@ -249,15 +264,3 @@ class SqliteStore:
             self._db.execute("ROLLBACK")
             raise
         self._db.execute("COMMIT")
-
-    def _check_version(self) -> None:
-        row = self._db.execute("SELECT value FROM meta WHERE key = 'schema'").fetchone()
-        if row is None:
-            self._db.execute(
-                "INSERT INTO meta (key, value) VALUES ('schema', ?)", (str(SCHEMA_VERSION),)
-            )
-        elif row[0] != str(SCHEMA_VERSION):
-            raise StoreError(
-                f"{self.path} has store schema {row[0]}; this version reads schema "
-                f"{SCHEMA_VERSION}. Move the file aside to start a fresh history."
-            )

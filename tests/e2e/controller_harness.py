@@ -2,21 +2,19 @@
 
 `LiveController` writes a config into the test's folder (its own store, lock and state root)
 and runs the controller as a separate process, exactly as an admin would: one round at a time
-(`once`), as a service (`start`), or killed at a chosen point (`HETSCHED_FAILPOINT`).
+(`once`), as a service (`start`), or killed at a chosen point (a `[testing] failpoint`).
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
-import os
 import subprocess
 import sys
 import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
-from slurm_hetsched.controller.enact import FAILPOINT_ENV
 from slurm_hetsched.slurm import CliSlurmBackend, SlurmJob
 from slurm_hetsched.store.sqlite import SqliteStore
 from tests.integration.conftest import wait_for
@@ -39,6 +37,8 @@ class LiveController:
         command_timeout_s: float = 30.0,
         retries: int = 1,
         resubmit_environment: dict[str, str] | None = None,
+        ack_timeout_s: float = 30.0,
+        requeue_timeout_s: float = 60.0,
     ) -> None:
         self.folder = folder
         self.store_path = folder / "rounds.sqlite"
@@ -50,8 +50,8 @@ class LiveController:
             "min_reset_interval_s = 0.0",
             f"store = {json.dumps(str(self.store_path))}",
             f"state_root = {json.dumps(str(state_root))}",
-            "ack_timeout_s = 30.0",
-            "requeue_timeout_s = 60.0",
+            f"ack_timeout_s = {ack_timeout_s}",
+            f"requeue_timeout_s = {requeue_timeout_s}",
             'log_level = "info"',
         ]
         if resubmit_environment:
@@ -101,18 +101,22 @@ class LiveController:
     def once(
         self, *extra: str, failpoint: str | None = None, check: bool = True
     ) -> subprocess.CompletedProcess[str]:
-        """One round (`--once`); with `failpoint`, the controller SIGKILLs itself there."""
-        env = dict(os.environ)
-        env.pop(FAILPOINT_ENV, None)
+        """One round (`--once`); with `failpoint` (`after:<action>`, or `<action>` for
+        after it), the controller SIGKILLs itself there."""
+        config = self.config
         if failpoint is not None:
-            env[FAILPOINT_ENV] = f"after:{failpoint}"
+            when = failpoint if ":" in failpoint else f"after:{failpoint}"
+            config = self.folder / "hetsched-failpoint.toml"
+            text = self.config.read_text() + f"[testing]\nfailpoint = {json.dumps(when)}\n"
+            config.write_text(text)
+        argv = self.argv("--once", *extra)
+        argv[argv.index(str(self.config))] = str(config)
         done = subprocess.run(
-            self.argv("--once", *extra),
+            argv,
             capture_output=True,
             text=True,
             timeout=300,
             check=False,
-            env=env,
             cwd=REPO,
         )
         if check and failpoint is None:

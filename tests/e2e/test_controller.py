@@ -86,7 +86,7 @@ ROUNDS = 6
 
 
 @pytest.mark.parametrize(
-    ("policy", "expected_v100_rounds"),
+    ("policy", "expected_v100_share"),
     [
         # Max-min fairness (Gavel's LAS), by hand: one 2-GPU slot of v100 (n1) and two of k80
         # (n3) for three 2-GPU jobs, so every job runs all the time and x_A + x_B + x_C = 1 on
@@ -94,16 +94,16 @@ ROUNDS = 6
         # giving A more v100 time takes it from B or C, whose normalised rate then drops below
         # 1. So the equal split is the max-min optimum: every job is on v100 1/3 of the rounds
         # (what the agnostic policy gives too: the swap is zero-sum in time).
-        ("max_min_fairness_perf", {"A": 2, "B": 2, "C": 2}),
+        ("max_min_fairness_perf", {"A": 1 / 3, "B": 1 / 3, "C": 1 / 3}),
         # Maximum total throughput, by hand: v100 time is worth 10 - 1 = 9 extra steps/s to A
         # and 1.2 - 1 = 0.2 to B or C, so A holds n1 every round and B, C stay on n3. The
         # agnostic max-min policy would give A only 1/3 of the v100 rounds.
-        ("max_sum_throughput_perf", {"A": ROUNDS, "B": 0, "C": 0}),
+        ("max_sum_throughput_perf", {"A": 1.0, "B": 0.0, "C": 0.0}),
     ],
 )
 def test_time_on_v100_follows_the_allocation(
     policy: str,
-    expected_v100_rounds: dict[str, int],
+    expected_v100_share: dict[str, float],
     submit: Submitter,
     backend: CliSlurmBackend,
     slurm_conf: str,
@@ -124,8 +124,8 @@ def test_time_on_v100_follows_the_allocation(
         }
         on_v100 = dict.fromkeys(ids, 0)
         for _ in range(ROUNDS):
-            # Rounds of equal length, as the service runs them: the mechanism counts the
-            # seconds each job held its GPUs, so uneven rounds would skew the shares.
+            # Rounds of about equal length, as the service runs them (pacing only: what is
+            # asserted is counted in rounds, from Slurm and the journal).
             began = time.monotonic()
             ctl.once()
             jobs = wait_settled(backend, list(ids.values()))
@@ -135,12 +135,10 @@ def test_time_on_v100_follows_the_allocation(
                 assert job.nodes in ("n1", "n3"), job.nodes
                 on_v100[name] += job.nodes == "n1"
             time.sleep(max(0.0, began + round_s - time.monotonic()))
-        assert on_v100 == expected_v100_rounds
         if policy == "max_sum_throughput_perf":
             # Kept on its GPUs every round: never signalled, never requeued.
             assert backend.job(ids["A"]).restart_count == 0
 
-    # Replay: the journaled live rounds through the simulator's tick give the identical plans.
     config = load_config(ctl.config)
     store = ctl.store()
     try:
@@ -148,6 +146,23 @@ def test_time_on_v100_follows_the_allocation(
     finally:
         store.close()
     assert len(records) == ROUNDS
+    # Slurm ran every job where the journaled plan put it, round after round.
+    names = {job_id: name for name, job_id in ids.items()}
+    planned = dict.fromkeys(ids, 0)
+    for record in records:
+        for key, target in record.plan.placements.items():
+            planned[names[key]] += target.gpu_types == ("v100",)
+    assert on_v100 == planned
+    # The allocation is the one derived by hand, and the rounds realise it: the mechanism
+    # turns shares into whole rounds from the seconds each job actually ran (journaled), so a
+    # job may be one round off its share of the rounds, never more.
+    allocation = records[-1].allocation
+    v100 = allocation.gpu_types.index("v100")
+    for name, job_id in ids.items():
+        share = float(allocation.x[allocation.job_ids.index(job_id), v100])
+        assert share == pytest.approx(expected_v100_share[name], abs=0.01), (name, share)
+        assert abs(on_v100[name] - share * ROUNDS) <= 1, (name, on_v100)
+    assert sum(on_v100.values()) == ROUNDS, "n1 ran one job every round"
     pairs = replay(
         records,
         get_policy(policy),
@@ -235,14 +250,14 @@ def test_sigkill_at_every_phase_then_restart_loses_nothing(
         log = JobLog.parse((submit.folder / f"slurm-{job_id}.out").read_text())
         assert log.final_steps == STEPS and log.digest == reference_digest, log.text[-2000:]
     # No job was requeued twice for one decision: Slurm's restart count equals the requeues
-    # the journal recorded (by the rounds, or by a restart that finished a killed move).
+    # the journal recorded (by the rounds, or by a restart that finished a killed move: it
+    # journals its own signal, ack and requeue-hold).
     store = ctl.store()
     try:
         assert store.pending_actions() == []
         for job_id in ids:
             actions = store.actions(job_key=job_id)
             requeues = sum(a.kind == "requeue_hold" and a.status == "done" for a in actions)
-            requeues += sum("requeue-held to finish the move" in a.outcome for a in actions)
             assert backend.job(job_id).restart_count == requeues, [
                 (a.round, a.kind, a.status, a.outcome) for a in actions
             ]

@@ -5,10 +5,14 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import signal
 import socket
 import subprocess
 import sys
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import TypeVar
 
 import pytest
 
@@ -21,6 +25,7 @@ from slurm_hetsched.slurm import GpuRequest, JobOptions
 from .conftest import wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
+T = TypeVar("T")
 SPARE = DevClusterConfig(
     name="spare",
     nodes=(NodeSpec("s1", {"a100": 1, "t4": 2}, 4, 2000), NodeSpec("s2", {"k80": 2}, 4, 2000)),
@@ -45,7 +50,7 @@ def processes_using(conf: Path) -> list[str]:
 
 
 @pytest.fixture
-def spare(tmp_path: Path, slurm_conf: str) -> DevCluster:
+def spare(tmp_path: Path, slurm_conf: str) -> Iterator[DevCluster]:
     cluster = DevCluster(SPARE, tmp_path / "spare")
     yield cluster
     cluster.down()
@@ -123,3 +128,111 @@ def test_cli_reports_the_running_dev_cluster(slurm_conf: str) -> None:
     lines = done.stdout.splitlines()
     assert lines[0].split()[:3] == ["NODE", "STATE", "GPUS"]
     assert any(line.startswith("n3 ") and "k80:" in line for line in lines)
+
+
+def poll(probe: Callable[[], T | None], what: str, polls: int = 600, pause_s: float = 0.2) -> T:
+    """`probe()` once it is truthy; fails after `polls` tries (a generous bound, not a timing)."""
+    last = None
+    for _ in range(polls):
+        last = probe()
+        if last:
+            return last
+        time.sleep(pause_s)
+    pytest.fail(f"gave up after {polls} polls waiting for {what} (last: {last!r})")
+
+
+def slurm_runner(cluster: DevCluster) -> Callable[..., str]:
+    """Runs a Slurm command (argv) against `cluster`; fails the test if it fails."""
+    env = dict(os.environ, SLURM_CONF=str(cluster.slurm_conf))
+
+    def run(*argv: str) -> str:
+        done = subprocess.run(argv, env=env, capture_output=True, text=True, check=False)
+        assert done.returncode == 0, f"{argv}: {done.stderr}"
+        return done.stdout.strip()
+
+    return run
+
+
+def wait_for_state_save(cluster: DevCluster, job_id: str) -> None:
+    """Make slurmctld save its state and wait until it did.
+
+    A SIGKILLed slurmctld keeps only what it saved, and it saves within seconds of a change:
+    make one (the job's comment) and wait for the save, so the saved state is the current one.
+    """
+
+    def saved_at() -> int | None:  # None until slurmctld saved its jobs a first time
+        try:
+            return cluster.paths.job_state.stat().st_mtime_ns
+        except FileNotFoundError:
+            return None
+
+    before = saved_at()
+    slurm_runner(cluster)("scontrol", "update", f"JobId={job_id}", "Comment=saved")
+    poll(lambda: saved_at() not in (None, before), "slurmctld's state save")
+
+
+def kill_slurmctld(cluster: DevCluster) -> None:
+    pid = cluster.slurmctld_pid()
+    assert pid is not None
+    os.kill(pid, signal.SIGKILL)
+    poll(lambda: cluster.slurmctld_pid() is None, "slurmctld to die")
+
+
+def test_up_after_slurmctld_was_killed_keeps_the_running_job(
+    spare: DevCluster, tmp_path: Path
+) -> None:
+    assert "no saved state yet" in spare.up()
+    slurm = slurm_runner(spare)
+
+    def job_state() -> str:
+        return slurm("squeue", "--noheader", "--jobs", job_id, "--format", "%T")
+
+    def slurmds() -> dict[str, int]:
+        return {n: pid for n, pid in spare.running_daemons().items() if n.startswith("slurmd ")}
+
+    out = str(tmp_path / "out-%j")
+    job_id = slurm("sbatch", "--parsable", "--output", out, "--wrap", "sleep 600").split(";")[0]
+    try:
+        poll(lambda: job_state() == "RUNNING", f"job {job_id} to run")
+        # RUNNING comes a moment before the batch script has started its `sleep`.
+        sleeping = poll(
+            lambda: pids_with_env("SLURM_CONF", str(spare.slurm_conf), "sleep"), "the job's sleep"
+        )
+        wait_for_state_save(spare, job_id)
+        before = slurmds()
+
+        kill_slurmctld(spare)
+        report = spare.up()
+
+        assert "restarted from the state saved" in report
+        assert job_state() == "RUNNING"
+        # The very job went on: its slurmd was never restarted and its process still runs.
+        assert slurmds() == before
+        assert pids_with_env("SLURM_CONF", str(spare.slurm_conf), "sleep") == sleeping
+    finally:
+        env = dict(os.environ, SLURM_CONF=str(spare.slurm_conf))
+        subprocess.run(["scancel", job_id], env=env, capture_output=True, check=False)
+        if spare.slurmctld_pid() is None:  # failed with slurmctld down: no one cancels the job
+            for pid in pids_with_env("SLURM_CONF", str(spare.slurm_conf), "sleep"):
+                os.kill(pid, signal.SIGKILL)
+
+    # `down` cancels every job, so the next `up` starts clean again.
+    spare.down()
+    assert "the last `down` had cancelled every job" in spare.up()
+    assert spare.backend.list_jobs() == []
+
+
+def test_up_clean_needs_a_stopped_cluster_and_discards_the_saved_jobs(spare: DevCluster) -> None:
+    spare.up()
+    slurm = slurm_runner(spare)
+    job_id = slurm("sbatch", "--parsable", "--hold", "--wrap", "true").split(";")[0]
+    wait_for_state_save(spare, job_id)
+    kill_slurmctld(spare)
+
+    with pytest.raises(DevClusterError, match=r"run `hetsched devcluster down` first"):
+        spare.up(clean=True)  # the slurmds still run
+    # With slurmctld dead, down cannot cancel the job, and says what becomes of it.
+    assert "the next `up` restores them" in spare.down()
+
+    assert "started clean (--clean)" in spare.up(clean=True)
+    assert spare.backend.list_jobs() == []

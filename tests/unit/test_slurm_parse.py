@@ -3,6 +3,7 @@ Slurm 22.05.8 (the dev cluster) and 26.05.5 (a Debian sid chroot), same scenario
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -23,7 +24,7 @@ from slurm_hetsched.slurm.parse import (
     parse_version,
     split_gres,
 )
-from slurm_hetsched.slurm.records import GpuRequest, JobState, SlurmJob
+from slurm_hetsched.slurm.records import GpuRequest, JobState, SlurmJob, SlurmNode
 
 GOLDEN = Path(__file__).resolve().parents[1] / "golden"
 VERSIONS = ["22.05", "26.05"]
@@ -133,6 +134,86 @@ def test_nodes_with_gpu_types_use_and_features(version: str, source: str) -> Non
     }
     assert all(n.partitions == ("gpu",) and n.available for n in nodes.values())
     assert nodes["n3"].gpus_free == {"k80": 1}
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_qos_is_read_and_empty_without_accounting(version: str) -> None:
+    # Neither recorded cluster runs slurmdbd: Slurm reports every job's QOS as "".
+    assert {job.qos for job in parse_jobs(recorded(version, "squeue_all.json"))} == {""}
+    (job,) = parse_jobs('{"jobs": [{"job_id": 5, "job_state": "PENDING", "qos": "high"}]}')
+    assert job.qos == "high"
+
+
+# Node n3 of the 22.05 dev cluster as `sinfo --json` printed it (other fields left out): drained
+# idle, drained under a running job, in an active reservation, in a maintenance reservation,
+# and set DOWN (`scontrol update NodeName=n3 State=DRAIN|DOWN`, `scontrol create reservation
+# ... Nodes=n3 [Flags=MAINT]`).
+IDLE_GPUS = "gpu:k80:0(IDX:N/A)"
+RECORDED_22_05_NODE_STATES: dict[str, dict[str, object]] = {
+    "drained": {"state": "idle", "state_flags": ["DRAIN"], "gres_used": IDLE_GPUS},
+    "draining": {"state": "mixed", "state_flags": ["DRAIN"], "gres_used": "gpu:k80:1(IDX:0)"},
+    "reserved": {"state": "idle", "state_flags": ["RESERVED"], "gres_used": IDLE_GPUS},
+    "maint": {
+        "state": "idle",
+        "state_flags": ["MAINTENANCE", "RESERVED"],
+        "gres_used": IDLE_GPUS,
+    },
+    "down": {"state": "down", "state_flags": ["NOT_RESPONDING"], "gres_used": IDLE_GPUS},
+}
+
+
+def node_from(raw_state: dict[str, object]) -> SlurmNode:
+    raw = {"name": "n3", "partitions": ["gpu"], "gres": "gpu:k80:4", "gres_used": IDLE_GPUS}
+    (node,) = parse_nodes(json.dumps({"nodes": [{**raw, **raw_state}]}))
+    return node
+
+
+@pytest.mark.parametrize(
+    ("case", "blocking"),
+    [
+        ("drained", ("DRAIN",)),
+        ("draining", ("DRAIN",)),
+        ("reserved", ("RESERVED",)),
+        ("maint", ("MAINTENANCE", "RESERVED")),
+        ("down", ("DOWN", "NOT_RESPONDING")),
+    ],
+)
+def test_recorded_22_05_node_states_are_not_plannable(case: str, blocking: tuple[str, ...]) -> None:
+    node = node_from(RECORDED_22_05_NODE_STATES[case])
+    assert node.unplannable == blocking
+    assert not node.available
+    # The GPUs are still reported (and the running job's); only the state takes them away.
+    used = 1 if case == "draining" else 0
+    assert (dict(node.gpus), dict(node.gpus_used)) == ({"k80": 4}, {"k80": used})
+
+
+@pytest.mark.parametrize(
+    ("state", "base", "blocking"),
+    [
+        # 26.05 writes base state and flags in one list; the base is found by name.
+        (["IDLE", "DRAIN"], "IDLE", ("DRAIN",)),
+        (["DRAIN", "MIXED"], "MIXED", ("DRAIN",)),
+        (["IDLE", "RESERVED"], "IDLE", ("RESERVED",)),
+        (["IDLE", "POWERED_DOWN"], "IDLE", ("POWERED_DOWN",)),
+        (["IDLE", "POWERING_DOWN"], "IDLE", ("POWERING_DOWN",)),
+        (["MIXED", "FAIL"], "MIXED", ("FAIL",)),
+        (["DOWN", "NOT_RESPONDING"], "DOWN", ("DOWN", "NOT_RESPONDING")),
+        (["FUTURE"], "FUTURE", ("FUTURE",)),
+        (["UNKNOWN"], "UNKNOWN", ("UNKNOWN",)),
+        ([], "UNKNOWN", ("UNKNOWN",)),
+        # Flags that do not keep jobs away.
+        (["MIXED", "PLANNED"], "MIXED", ()),
+        (["IDLE", "COMPLETING"], "IDLE", ()),
+        (["ALLOCATED", "CLOUD"], "ALLOCATED", ()),
+        # A base state this code does not know is not trusted.
+        (["SOMETHING_NEW"], "SOMETHING_NEW", ("SOMETHING_NEW",)),
+    ],
+)
+def test_26_05_node_state_lists(state: list[str], base: str, blocking: tuple[str, ...]) -> None:
+    node = node_from({"state": state})
+    assert node.state == base and base not in node.state_flags
+    assert node.unplannable == blocking
+    assert node.available is (blocking == ())
 
 
 def test_version_strings() -> None:

@@ -12,6 +12,7 @@ import pytest
 
 from slurm_hetsched.cli import DEFAULT_CONFIG, main
 from slurm_hetsched.controller import config as config_module
+from slurm_hetsched.controller.commands import service_settings
 from slurm_hetsched.controller.config import ConfigError, ControllerConfig, load_config
 from slurm_hetsched.errors import HetschedError
 
@@ -81,7 +82,7 @@ def test_the_commented_examples_of_the_shipped_file_load(tmp_path: Path) -> None
     assert config.policy_options == {"energy_slack": "0.1"}
     assert config.lock == Path("/var/lib/hetsched/rounds.sqlite.lock")
     assert config.slurm_conf == "/etc/slurm/slurm.conf"
-    assert config.partition == "gpu"
+    assert (config.partitions, config.qos) == (("gpu",), ("normal",))
     assert config.metrics_port == 9877
     assert config.throughputs == Path("/etc/hetsched/throughputs.json")
     assert dict(config.resubmit_environment) == {"HETSCHED_PYTHON": "/opt/venvs/train/bin/python"}
@@ -112,6 +113,8 @@ def test_the_admin_guide_lists_every_key_with_its_default() -> None:
                 assert cell == f'`"{value}"`', (section, key, cell)
             elif isinstance(value, int | float):
                 assert cell == f"`{value!r}`", (section, key, cell)
+            elif isinstance(value, tuple):
+                assert cell.startswith("`[]`") and value == (), (section, key, cell)
             else:
                 assert cell == "`{}`" and dict(value) == {}, (section, key, cell)
     assert rows == {}, "the guide lists keys config.py does not know"
@@ -190,6 +193,21 @@ def test_values_are_converted(tmp_path: Path) -> None:
     assert config.metrics_port == 0
 
 
+def test_scope_keys_reach_the_observation(tmp_path: Path) -> None:
+    config = load_config(
+        write(tmp_path, "[slurm]\npartitions = ['gpu', 'a100']\nqos = ['normal', 'high']\n")
+    )
+    assert (config.partitions, config.qos) == (("gpu", "a100"), ("normal", "high"))
+    observe = service_settings(config).observe
+    assert (observe.partitions, observe.qos) == (("gpu", "a100"), ("normal", "high"))
+    assert (ControllerConfig().partitions, ControllerConfig().qos) == ((), ())
+
+
+def test_the_older_single_partition_key_is_a_one_name_list(tmp_path: Path) -> None:
+    config = load_config(write(tmp_path, "[slurm]\npartition = 'gpu'\n"))
+    assert config.partitions == ("gpu",)
+
+
 # ----------------------------------------------------------------------------------------------
 # Errors name the key
 
@@ -212,6 +230,16 @@ def test_values_are_converted(tmp_path: Path) -> None:
         ("[slurm]\nretry_backoff_s = -0.5\n", ["slurm.retry_backoff_s", "-0.5"]),
         ("[site]\nprogress_max_age_s = -1\n", ["site.progress_max_age_s"]),
         ("[metrics]\nport = 70000\n", ["metrics.port", "0..65535", "70000"]),
+        ("[slurm]\npartitions = 'gpu'\n", ["slurm.partitions", "list of names", "'gpu'"]),
+        ("[slurm]\npartitions = ['gpu', '']\n", ["slurm.partitions", "list of names"]),
+        ("[slurm]\npartitions = ['gpu', 'gpu']\n", ["slurm.partitions", "listed twice"]),
+        ("[slurm]\nqos = [1]\n", ["slurm.qos", "list of names", "[1]"]),
+        ("[slurm]\npartition = ['gpu']\n", ["slurm.partition:", "non-empty string"]),
+        (
+            "[slurm]\npartitions = ['gpu']\npartition = 'gpu'\n",
+            ["slurm.partitions and slurm.partition set the same thing", "only slurm.partitions"],
+        ),
+        ("[slurm]\npartitons = ['gpu']\n", ["slurm.partitons", "did you mean partitions"]),
         ("[metrics]\nport = '9877'\n", ["metrics.port", "'9877'"]),
         ("[controller]\ncheckpoint_signal = 'USR3'\n", ["controller.checkpoint_signal", "USR3"]),
         ("[controller]\nlog_level = 'verbose'\n", ["controller.log_level", "'verbose'"]),

@@ -27,6 +27,8 @@ def test_the_submission_hold_and_any_hold_of_a_job_managed_before_are_ours() -> 
     assert not _hold_is_ours(admin), "an admin's hold on a job the controller never managed"
     handed_back = held("4", admin_comment="hetsched not-managed: unknown key 'stepz'")
     assert not _hold_is_ours(handed_back), "a hold the user set after the hand-back is theirs"
+    given_back = held("5", admin_comment="hetsched handed-back: controller silent")
+    assert not _hold_is_ours(given_back), "a hold set after `hetsched handback` is the user's"
 
 
 def test_a_dry_run_creates_no_store(tmp_path: Path) -> None:

@@ -217,18 +217,6 @@ def test_a_completing_managed_job_is_busy_and_keeps_its_gpus() -> None:
     assert in_use(v) == {"n1": {"v100": 2}}
 
 
-def test_partition_filter_ignores_other_partitions_entirely() -> None:
-    v = view(
-        [
-            held("60", partition="low"),
-            held("61", comment="hetsched:oops", partition="low"),
-            held("62"),
-        ],
-        partition="gpu",
-    )
-    assert list(v.managed) == ["62"] and v.rejected == ()
-
-
 def test_heterogeneous_managed_job_sums_its_components() -> None:
     leader = running(
         "70", "n1", "v100", het_job_id="70", het_job_offset=0, comment=SPEC + ";key=k70"
@@ -260,12 +248,6 @@ def test_unprofiled_gpu_types_are_left_out() -> None:
     gpus = {n.name: dict(n.gpus) for n in v.snapshot.nodes}
     assert gpus == {"n1": {"v100": 2}, "n9": {}, "n8": {"k80": 2}}
     assert list(v.managed) == ["80"]
-
-
-def test_unavailable_nodes_are_marked() -> None:
-    nodes = [slurm_node("n1", {"v100": 2}, state="DOWN"), slurm_node("n2", {"p100": 2})]
-    v = view([], nodes)
-    assert [(n.name, n.available) for n in v.snapshot.nodes] == [("n1", False), ("n2", True)]
 
 
 def test_arrival_is_remembered_across_requeues() -> None:

@@ -98,15 +98,6 @@ def test_the_file_is_in_wal_mode(tmp_path: Path) -> None:
     assert mode == "wal"
 
 
-def test_a_file_of_another_schema_is_refused_with_advice(tmp_path: Path) -> None:
-    SqliteStore(tmp_path / "s.sqlite").close()
-    db = sqlite3.connect(tmp_path / "s.sqlite")
-    db.execute("UPDATE meta SET value = '99' WHERE key = 'schema'")
-    db.commit()
-    with pytest.raises(StoreError, match=r"schema 99.*Move the file aside"):
-        SqliteStore(tmp_path / "s.sqlite")
-
-
 def test_an_unwritable_place_is_a_clear_error(tmp_path: Path) -> None:
     blocker = tmp_path / "file"
     blocker.write_text("x")

@@ -14,16 +14,19 @@ from typing import Any
 
 import numpy as np
 import pytest
-import torch
-import torch.multiprocessing as mp
-import torch.optim.lr_scheduler as sched
-from torch import nn
-from torch.utils.data import DataLoader, TensorDataset
 from wrapper_fakes import FakeClock, make_env, no_gpus
 
 import slurm_hetsched.wrapper.safe_unpickle as safe_unpickle
-from slurm_hetsched.wrapper import ResumableSampler, TorchTrainer
 from slurm_hetsched.wrapper.session import Terminated
+
+# torch is optional (the `torch` extra): without it these tests skip, and under CI fail.
+torch = pytest.importorskip("torch")
+import torch.multiprocessing as mp  # noqa: E402
+import torch.optim.lr_scheduler as sched  # noqa: E402
+from torch import nn  # noqa: E402
+from torch.utils.data import DataLoader, TensorDataset  # noqa: E402
+
+from slurm_hetsched.wrapper import ResumableSampler, TorchTrainer  # noqa: E402
 
 SAMPLES, BATCH = 100, 16  # 7 batches per epoch, the last one short
 

@@ -1,0 +1,136 @@
+"""What the decision core sees of Slurm's nodes and the managed jobs (the snapshot's parts).
+
+Pure. A node Slurm would not give new jobs (drained, down, reserved, ...: SlurmNode.available)
+stays in the snapshot with `available=False`, so it offers no free GPU, while the managed jobs
+still running on it are jobs to schedule like any other: the round places them elsewhere.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping, Sequence
+from typing import TYPE_CHECKING
+
+from slurm_hetsched.core.model import Job, Node
+from slurm_hetsched.slurm.records import SlurmNode
+from slurm_hetsched.wrapper.placement import expand_hostlist
+
+if TYPE_CHECKING:  # jobview imports this module
+    from slurm_hetsched.controller.jobview import ManagedJob, Progress
+
+
+def expand_nodes(text: str) -> list[str]:
+    """Slurm's node list ('n1,n3' or 'n[1-2],gpu7') as node names."""
+    names: list[str] = []
+    depth, start = 0, 0
+    for i, char in enumerate(text + ","):
+        if char == "[":
+            depth += 1
+        elif char == "]":
+            depth -= 1
+        elif char == "," and depth == 0:
+            term = text[start:i].strip()
+            if term:
+                names.extend(expand_hostlist(term))
+            start = i + 1
+    return names
+
+
+def snapshot_nodes(
+    nodes: Sequence[SlurmNode], ours: Mapping[str, int], profiled: Collection[str]
+) -> tuple[Node, ...]:
+    """One snapshot node per Slurm node, in order.
+
+    Args:
+        nodes: the nodes the controller may plan onto (its partitions).
+        ours: node name -> GPUs managed jobs (not COMPLETING) hold there; they are the
+            controller's to re-plan, so they do not count as in use.
+        profiled: the GPU types of the throughput table; other types are left out.
+    """
+    return tuple(_snapshot_node(node, ours.get(node.name, 0), profiled) for node in nodes)
+
+
+def _snapshot_node(node: SlurmNode, ours: int, profiled: Collection[str]) -> Node:
+    """The node with only the GPUs of unmanaged jobs (and managed jobs in COMPLETING) in use,
+    and only the GPU types the throughput table knows."""
+    in_use: dict[str, int] = {}
+    gpus = {t: n for t, n in node.gpus.items() if t in profiled}
+    for gpu_type in sorted(gpus):
+        used = node.gpus_used.get(gpu_type, 0)
+        taken_back = min(ours, used)
+        ours -= taken_back
+        in_use[gpu_type] = min(node.gpus[gpu_type], max(0, used - taken_back))
+    return Node(
+        name=node.name,
+        gpus=gpus,
+        gpus_in_use=in_use,
+        features=node.features,
+        # Node.free_gpus is 0 on an unavailable node, whoever holds its GPUs.
+        available=node.available,
+    )
+
+
+def _measurements(
+    job: ManagedJob,
+    progress: Progress | None,
+    before: Mapping[str, float],
+    gpu_types: Sequence[str],
+) -> dict[str, float]:
+    """The job's measured steps/s per GPU type: what earlier rounds saw, updated with the
+    report of the run now going (training, not paused, on one known type)."""
+    out = {t: v for t, v in before.items() if t in gpu_types}
+    if (
+        progress is not None
+        and job.running
+        and progress.status == "running"
+        and progress.restart_count in (None, job.leader.restart_count)
+        and progress.gpu_type is not None
+        and progress.gpu_type in gpu_types
+        and progress.steps_per_s is not None
+        and progress.steps_per_s > 0
+    ):
+        out[progress.gpu_type] = progress.steps_per_s
+    return out
+
+
+def snapshot_job(
+    job: ManagedJob,
+    progress: Progress | None,
+    arrival_s: float | None,
+    measured_before: Mapping[str, float],
+    gpu_types: Sequence[str],
+    now_s: float,
+) -> Job:
+    """The managed job as the decision core sees it.
+
+    Args:
+        job: a managed job that can be scheduled (pending, running or suspended).
+        progress: its trusted progress report, if any.
+        arrival_s: its arrival remembered from earlier rounds (None: Slurm's submit time).
+        measured_before: GPU type -> steps/s measured in earlier rounds.
+        gpu_types: the snapshot's GPU types.
+        now_s: the observation's time.
+    """
+    measured = _measurements(job, progress, measured_before, gpu_types)
+    spec = job.spec
+    total = spec.steps if spec.steps is not None else (progress.total_steps if progress else None)
+    remaining: float | None = None
+    if total is not None:
+        done = progress.step if progress else 0
+        remaining = float(max(0, total - done))
+    if arrival_s is None:
+        arrival_s = float(job.leader.submit_time or now_s)
+    return Job(
+        key=job.key,
+        job_class=spec.job_class,
+        num_gpus=job.num_gpus,
+        steps_remaining=remaining,
+        total_steps=None if total is None else float(total),
+        weight=spec.weight,
+        account=job.leader.account,
+        user=job.leader.user,
+        arrival_s=arrival_s,
+        due_s=spec.due_s,
+        tardiness_weight=spec.tardiness_weight,
+        slurm_job_ids=(job.slurm_id,),
+        measured_steps_per_s=measured,
+    )

@@ -1,0 +1,117 @@
+"""The admin comments shown in README.md and docs/*.md are ones the controller can write.
+
+The pattern is pinned to the code both ways: what format_admin_comment and the reasons of
+controller/live.py write must match it, and so must every example in the docs.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import UTC
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from slurm_hetsched.controller import live
+from slurm_hetsched.controller.admin_comment import (
+    PREFIX,
+    format_admin_comment,
+    format_rejected_comment,
+)
+from slurm_hetsched.core.jobspec import JobSpecError, parse_job_spec
+from slurm_hetsched.core.model import GpuSlice, Placement
+
+ROOT = Path(__file__).resolve().parents[2]
+DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+
+_TYPE = r"[a-z][a-z0-9_.-]*"
+_SLICE = rf"{_TYPE}x\d+@[A-Za-z0-9_.\[\]-]+"
+_TARGET = rf"(-|{_SLICE}(\+{_SLICE})*)"
+_FRACTION = r"(1|\.\d\d)"
+_SHARE = rf"(-|{_TYPE}:{_FRACTION}(,{_TYPE}:{_FRACTION})*)"
+_PRIORITY = r"(-|\d[\d.e+-]*)"
+_TYPES = rf"(\?|{_TYPE}(\+{_TYPE})*)"
+REASON = re.compile(rf"(started|kept|queued|stopped:queued|moved:{_TYPES}->{_TYPES}|failed:\S+)")
+MANAGED = re.compile(
+    rf"{PREFIX} r=\d+ {_TARGET} share={_SHARE} prio={_PRIORITY} (?P<reason>\S+)", re.ASCII
+)
+NOT_MANAGED = re.compile(rf"{PREFIX} not-managed: (?P<why>\S+( \S+)*)")
+# An example in prose, a table or a console block: up to the closing backtick or the line end.
+EXAMPLE = re.compile(rf"{PREFIX} (r=|not-managed:)[^`\n|]*")
+
+
+def is_managed_comment(text: str) -> bool:
+    match = MANAGED.fullmatch(text)
+    return match is not None and REASON.fullmatch(match["reason"]) is not None
+
+
+def examples() -> list[tuple[str, str]]:
+    found = []
+    for doc in DOCS:
+        for number, line in enumerate(doc.read_text(encoding="utf-8").splitlines(), 1):
+            for match in EXAMPLE.finditer(line):
+                text = match.group().rstrip()
+                if "<" in text or text.endswith("..."):
+                    continue  # a template such as `hetsched r=<round> ...`, not an example
+                found.append((f"{doc.relative_to(ROOT)}:{number}", text))
+    return found
+
+
+def test_the_code_writes_what_the_pattern_describes() -> None:
+    one = Placement("j", (GpuSlice("n1", "v100", 2),))
+    two = Placement("j", (GpuSlice("n3", "k80", 4), GpuSlice("n4", "k80", 4)))
+    for placement, share, priority in [
+        (one, {"v100": 0.61, "p100": 0.39}, 1.8),
+        (two, {"k80": 1.0}, 12.345),
+        (None, {}, None),
+        (None, {"a100": 0.05}, 0.004),
+    ]:
+        text = format_admin_comment(
+            round_=42, placement=placement, share=share, priority=priority, reason="started"
+        )
+        assert is_managed_comment(text), text
+    assert NOT_MANAGED.fullmatch(format_rejected_comment("unknown key 'x';\n  valid: a"))
+
+
+def reason_of(**outcome: object) -> str:
+    fields: dict[str, object] = {"failed": {}, "moved": [], "resubmitted": {}, "started": []}
+    fields |= {"stopped": [], "kept": [], "previous_type": {}} | outcome
+    placements = {"j": Placement("j", (GpuSlice("n1", "v100", 2),))}
+    return str(live._reason("j", SimpleNamespace(**fields), placements, None))  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    "outcome",
+    [
+        {"failed": {"j": "re-submission failed: sbatch: error"}},
+        {"moved": ["j"], "previous_type": {"j": "p100"}},
+        {"resubmitted": {"j": "77"}},
+        {"started": ["j"]},
+        {"stopped": ["j"]},
+        {"kept": ["j"]},
+        {},
+    ],
+    ids=["failed", "moved", "resubmitted", "started", "stopped", "kept", "queued"],
+)
+def test_every_reason_the_controller_gives_fits_the_pattern(outcome: dict[str, object]) -> None:
+    assert REASON.fullmatch(reason_of(**outcome))
+
+
+def test_the_docs_show_admin_comments() -> None:
+    texts = [text for _, text in examples()]
+    assert any(MANAGED.match(t) for t in texts) and any(NOT_MANAGED.match(t) for t in texts)
+
+
+@pytest.mark.parametrize(("where", "text"), examples(), ids=[w for w, _ in examples()])
+def test_an_admin_comment_in_the_docs_is_one_the_controller_writes(where: str, text: str) -> None:
+    if text.startswith(f"{PREFIX} not-managed:"):
+        match = NOT_MANAGED.fullmatch(text)
+        assert match, f"{where}: {text!r} is not `hetsched not-managed: <why>`"
+        key = re.fullmatch(r"unknown key '(\w+)'; .*", match["why"])
+        if key:  # the parser's own words, not an older version of them
+            with pytest.raises(JobSpecError) as refused:
+                parse_job_spec(f"hetsched:class=A3C;{key[1]}=1", local_tz=UTC, now_s=0)
+            assert text == format_rejected_comment(str(refused.value)), where
+        return
+    assert is_managed_comment(text), f"{where}: {text!r} does not match {MANAGED.pattern}"
