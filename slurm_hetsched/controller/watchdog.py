@@ -107,16 +107,10 @@ def run_watchdog(
     try:
         lock.__enter__()
     except ControllerRunningError:
+        holder = _read_pid(Path(f"{config.lock_path}.pid"))
         store = SqliteStore(config.store)
         try:
-            verdict = judge(
-                now_s=clock(),
-                after_s=after_s,
-                beat=store.last_beat(),
-                last_written_s=store.last_written_s(),
-                lock_holder=_read_pid(Path(f"{config.lock_path}.pid")),
-                lock_held=True,
-            )
+            verdict = _verdict(store, clock(), after_s, lock_held=True, lock_holder=holder)
         finally:
             store.close()
         print(f"watchdog: {verdict.message}", file=out)
@@ -125,12 +119,7 @@ def run_watchdog(
     try:
         store = SqliteStore(config.store)
         try:
-            verdict = judge(
-                now_s=clock(),
-                after_s=after_s,
-                beat=store.last_beat(),
-                last_written_s=store.last_written_s(),
-            )
+            verdict = _verdict(store, clock(), after_s)
             print(f"watchdog: {verdict.message}", file=out)
             if not verdict.hand_back:
                 return 0
@@ -147,6 +136,25 @@ def run_watchdog(
             store.close()
     finally:
         lock.__exit__()
+
+
+def _verdict(
+    store: SqliteStore,
+    now_s: float,
+    after_s: float,
+    *,
+    lock_held: bool = False,
+    lock_holder: int | None = None,
+) -> Verdict:
+    """`judge` on what the store says."""
+    return judge(
+        now_s=now_s,
+        after_s=after_s,
+        beat=store.last_beat(),
+        last_written_s=store.last_written_s(),
+        lock_holder=lock_holder,
+        lock_held=lock_held,
+    )
 
 
 def _when(at_s: float) -> str:
