@@ -8,10 +8,10 @@ are finished here:
 
 - a move stopped between the signal and the requeue (its `checkpoint` action still open, or
   `signal`, `ack` or `requeue_hold` interrupted, the job still running the same run): the
-  signal may never have been sent, so it
-  is sent again (a paused job answers a second signal with a fresh ack), the ack is awaited,
-  and only then is the job requeue-held; the next round places it. Requeueing without the ack
-  would kill the job and repeat the steps since its last periodic checkpoint;
+  signal may never have been sent, so it is sent again (a paused job answers a second signal
+  with a fresh ack), the ack is awaited, and only then is the job requeue-held; the next round
+  places it. Requeueing without the ack would kill the job and repeat the steps since its last
+  periodic checkpoint;
 - a call-off (`call_off`): the resume request is written again, so a paused job trains on;
 - a re-submission (`resubmit` still open): if the new job exists, the old one (same key) is
   cancelled (the next round places the new one); if not, the old job is left as it is.
