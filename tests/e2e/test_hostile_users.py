@@ -59,15 +59,27 @@ def out(shared_root: Path) -> Path:
 def run_until_finished(
     ctl: LiveController, backend: CliSlurmBackend, job_ids: list[str], timeout_s: float
 ) -> None:
-    """Run the controller as a service until every job of `job_ids` COMPLETED."""
+    """Run the controller as a service until every job of `job_ids` COMPLETED and it has
+    recorded at least two rounds (counted in its store: a loaded machine may run jobs to
+    their end within the first round)."""
     service = ctl.start()
     try:
 
+        def rounds() -> int:
+            if not ctl.store_path.exists():
+                return 0
+            store = ctl.store()
+            try:
+                return store.last_round_number() or 0
+            finally:
+                store.close()
+
         def done() -> bool:
             jobs = admin_comments(backend, job_ids)
-            return len(jobs) == len(job_ids) and all(
+            finished = len(jobs) == len(job_ids) and all(
                 j.state.value == "COMPLETED" for j in jobs.values()
             )
+            return finished and rounds() >= 2
 
         wait_for(done, f"jobs {job_ids} to finish", timeout_s, every_s=1.0)
     finally:
