@@ -8,7 +8,7 @@ controller has not already handed it back as refused (`hetsched not-managed`). P
 1. its target is removed (Features and ReqNodeList cleared, per component) if the controller
    set one (admin comment `hetsched r=...`) and the job is pending: Slurm 22.05 refuses to
    change either on a running job, so a running job keeps them until it ends;
-2. its hold is lifted if the hold is the controller's (controller/live.py `_hold_is_ours`);
+2. its hold is lifted if the hold is the controller's (controller/live.py `hold_is_ours`);
    a hold set after an earlier hand-back is the user's and stays;
 3. a running job asked to checkpoint gets `resume_request.json`, so a wrapper paused for a
    move that will not come trains on at once rather than after its lease;
@@ -29,7 +29,7 @@ from typing import Any, Protocol
 
 from slurm_hetsched.controller.admin_comment import PREFIX
 from slurm_hetsched.controller.jobview import job_identity
-from slurm_hetsched.controller.live import _hold_is_ours
+from slurm_hetsched.controller.live import hold_is_ours
 from slurm_hetsched.controller.scope import Scope
 from slurm_hetsched.controller.statefiles import JobFolder, write_resume_request
 from slurm_hetsched.core.jobspec import JobSpecError, is_managed, parse_job_spec
@@ -132,12 +132,6 @@ def format_handback_comment(reason: str, *, target_kept: bool = False) -> str:
     text = "".join(c for c in " ".join(reason.split()) if c.isprintable())
     suffix = TARGET_KEPT if target_kept else ""
     return f"{HANDED_BACK}: {text}"[: _MAX_COMMENT - len(suffix)] + suffix
-
-
-def hold_is_ours(job: SlurmJob) -> bool:
-    """Whether the controller may lift the job's hold (a hold set after an earlier hand-back
-    is the user's): the round's own rule."""
-    return _hold_is_ours(job)
 
 
 def plan_handback(

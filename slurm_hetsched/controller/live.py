@@ -307,7 +307,7 @@ class SlurmCluster:
                     "round %d: job %s: cannot write its admin comment: %s", round_, job.job_id, exc
                 )
             try:
-                if self.settings.release_rejected and job.held and _hold_is_ours(job):
+                if self.settings.release_rejected and job.held and hold_is_ours(job):
                     self._hand_back(round_, job, reason)
             except Exception as exc:
                 logger.warning("round %d: job %s: cannot release it: %s", round_, job.job_id, exc)
@@ -405,7 +405,7 @@ def _reason(key: str, outcome: EnactOutcome, placements: dict, job: ManagedJob) 
     return "queued"
 
 
-def _hold_is_ours(job: SlurmJob) -> bool:
+def hold_is_ours(job: SlurmJob) -> bool:
     """Whether a refused job waits on a hold the controller may lift: the template's
     submission hold the first time the job is seen, or any hold of a job it managed before
     (its own requeue-holds and holds). A hold the user sets after the job was handed back

@@ -13,9 +13,9 @@ from slurm_hetsched.controller.handback import (
     HandbackItem,
     Resume,
     format_handback_comment,
-    hold_is_ours,
     plan_handback,
 )
+from slurm_hetsched.controller.live import hold_is_ours
 from slurm_hetsched.controller.scope import Scope
 from slurm_hetsched.slurm.records import JobState, SlurmJob
 
