@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from slurm_hetsched.controller.admin_comment import PREFIX
-from slurm_hetsched.controller.jobview import job_identity
+from slurm_hetsched.controller.jobview import job_groups, job_identity
 from slurm_hetsched.controller.live import hold_is_ours
 from slurm_hetsched.controller.scope import Scope
 from slurm_hetsched.controller.statefiles import JobFolder, write_resume_request
@@ -147,7 +147,7 @@ def plan_handback(
         local_tz: the time zone of a `due=` without an offset.
     """
     items = []
-    for group in _job_groups(jobs):
+    for group in job_groups(jobs):
         leader = group[0]
         if not is_managed(leader.comment) or not leader.state.is_active:
             continue
@@ -213,14 +213,6 @@ def _plan_one(
         resume=resume,
         notes=tuple(notes),
     )
-
-
-def _job_groups(jobs: Iterable[SlurmJob]) -> list[list[SlurmJob]]:
-    """Plain jobs alone, heterogeneous components together (leader first)."""
-    groups: dict[str, list[SlurmJob]] = {}
-    for job in jobs:
-        groups.setdefault(job.het_job_id or job.job_id, []).append(job)
-    return [sorted(g, key=lambda j: j.het_job_offset or 0) for g in groups.values()]
 
 
 class Handback:

@@ -224,7 +224,7 @@ def build_view(
     # 1. Parse every spec; a job with a valid spec claims its key, even if refused below, so
     # a spec its owner is fixing does not free the key for someone else.
     parsed: list[tuple[list[SlurmJob], JobSpec, str]] = []
-    for group in _job_groups(jobs):
+    for group in job_groups(jobs):
         leader = group[0]
         if not is_managed(leader.comment) or not leader.state.is_active:
             continue
@@ -320,16 +320,12 @@ def build_view(
     )
 
 
-def _job_groups(jobs: Iterable[SlurmJob]) -> list[list[SlurmJob]]:
+def job_groups(jobs: Iterable[SlurmJob]) -> list[list[SlurmJob]]:
     """Plain jobs alone, heterogeneous components together (leader first)."""
     groups: dict[str, list[SlurmJob]] = {}
     for job in jobs:
         groups.setdefault(job.het_job_id or job.job_id, []).append(job)
-    out = []
-    for group in groups.values():
-        group.sort(key=lambda j: j.het_job_offset or 0)
-        out.append(group)
-    return out
+    return [sorted(g, key=lambda j: j.het_job_offset or 0) for g in groups.values()]
 
 
 def _managed_job(
