@@ -40,6 +40,24 @@ def steps_done_twice(log: JobLog) -> list[int]:
     return again
 
 
+def wait_training(submit: Submitter, backend: CliSlurmBackend, job_ids: list[str]) -> None:
+    """Wait until every running job has printed a step of its current run: a job signalled
+    before its first step has no progress to lose, and the test would prove nothing (on a
+    slow machine torch's import alone can outlast a round)."""
+
+    def probe() -> bool:
+        for job in wait_settled(backend, job_ids).values():
+            if job.state.value != "RUNNING":
+                continue
+            log_path = submit.folder / f"slurm-{job.job_id}.out"
+            text = log_path.read_text() if log_path.exists() else ""
+            if job.restart_count not in JobLog.parse(text).runs():
+                return False
+        return True
+
+    wait_for(probe, f"jobs {job_ids} training", 120, every_s=0.5)
+
+
 def test_a_signal_journaled_but_never_sent_is_sent_again_after_a_restart(
     submit: Submitter,
     backend: CliSlurmBackend,
@@ -59,7 +77,7 @@ def test_a_signal_journaled_but_never_sent_is_sent_again_after_a_restart(
             if done.returncode == -signal.SIGKILL:
                 break
             assert done.returncode == 0, done.stderr[-3000:]
-            wait_settled(backend, ids)
+            wait_training(submit, backend, ids)
             time.sleep(2.0)  # pacing: a few steps before the next round
         else:
             raise AssertionError("no round signalled a job")
