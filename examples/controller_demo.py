@@ -14,11 +14,14 @@ fastest on a P100), so the CPU-only dev cluster behaves like a heterogeneous one
 1. Slurm alone: the jobs are released at once, in the order of their class names, and Slurm
    places them by its own rules.
 2. hetsched: the same jobs are submitted held; `hetsched controller` (with
-   etc/hetsched-devcluster.toml) runs short rounds and places and moves them by GPU type;
-   `squeue` with the admin comments is shown after every round.
-3. A summary: each job's completion time under both, the average, the moves made, the steps
-   lost (must be 0) and whether every job ended with exactly the parameters of an
-   uninterrupted run. The exit status is non-zero when a job failed, lost a step or differs.
+   etc/hetsched-devcluster.toml: the default policy, heterogeneity-aware max-min fairness,
+   and amortized moves) runs short rounds and places and moves them by GPU type; `squeue`
+   with the admin comments is shown after every round.
+3. A summary: each job's completion time under both, the average, each move with what it
+   cost (the job's restart, as the controller measured it) and what it gained (the time its
+   steps on the new GPU type saved), the steps lost (must be 0) and whether every job ended
+   with exactly the parameters of an uninterrupted run. The exit status is non-zero when a
+   job failed, lost a step or differs.
 """
 
 from __future__ import annotations
@@ -58,11 +61,6 @@ JOBS = [
     ("resnet50", "ResNet-50 (batch size 64)"),
     ("transformer", "Transformer (batch size 64)"),
 ]
-# Maximum total normalized throughput: each GPU type goes to the jobs it speeds up most, and a
-# job stays where it is until the jobs around it change. Max-min fairness (the controller's
-# default) time-shares the fast types among all jobs round by round; on jobs of a few seconds,
-# as here, its moves would cost more than they gain (docs/admin.md, "Choosing a policy").
-DEMO_POLICY = "max_sum_throughput_perf"
 STEP_TIME_S = 0.05  # a step on the job's fastest GPU type; slower types stretch it
 STEPS = 240  # 12 s of training on the fastest type, up to ~2 min on the slowest
 _STEP_LINE = re.compile(r"^step=(\d+) \S+ node=(\S+) restart=(\d+)$", re.MULTILINE)
@@ -81,6 +79,7 @@ class Outcome:
     steps_run: int  # step lines printed over all runs
     final_steps: int | None
     digest: str | None
+    steps_by_run: dict[int, tuple[str, int]] = field(default_factory=dict)  # restart -> type, steps
 
     @property
     def steps_lost(self) -> int:
@@ -170,10 +169,13 @@ def collect(phase: Phase, jobs: Mapping[str, SlurmJob], node_types: Mapping[str,
         log = (phase.folder / f"train-{job_id}.out").read_text(errors="replace")
         steps = _STEP_LINE.findall(log)
         runs: list[tuple[int, str]] = []  # (restart, GPU type) of each run that trained
+        steps_by_run: dict[int, tuple[str, int]] = {}
         for _, node, restart in steps:
             here = (int(restart), node_types.get(node, "?"))
             if not runs or runs[-1] != here:
                 runs.append(here)
+            _, count = steps_by_run.get(here[0], (here[1], 0))
+            steps_by_run[here[0]] = (here[1], count + 1)
         final = _FINAL_LINE.search(log)
         end = job.end_time if job.end_time is not None else time.time()
         phase.outcomes[name] = Outcome(
@@ -185,6 +187,7 @@ def collect(phase: Phase, jobs: Mapping[str, SlurmJob], node_types: Mapping[str,
             steps_run=len(steps),
             final_steps=int(final.group(1)) if final else None,
             digest=final.group(2) if final else None,
+            steps_by_run=steps_by_run,
         )
 
 
@@ -240,14 +243,16 @@ def run_with_hetsched(
 ) -> tuple[int, int]:
     """The jobs under the controller; returns (first round, last round) it ran."""
     print(
-        f"\n== 2. hetsched: the same jobs, held for the controller (policy {args.policy}, "
-        f"{args.round:g} s rounds) =="
+        f"\n== 2. hetsched: the same jobs, held for the controller (policy "
+        f"{args.policy or config.policy}, {config.moves} moves, {args.round:g} s rounds) =="
     )
     first = _last_round(config)
     submit_all(backend, phase)
     log_path = phase.folder / "controller.log"
     argv = [sys.executable, "-m", "slurm_hetsched.cli", "controller", "--config", str(CONFIG)]
-    argv += ["--round", str(args.round), "--policy", args.policy]
+    argv += ["--round", str(args.round)]
+    if args.policy:
+        argv += ["--policy", args.policy]
     with log_path.open("w") as log:
         controller = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, cwd=REPO)
     shown = {"round": first, "text": ""}
@@ -284,24 +289,89 @@ def _last_round(config: ControllerConfig) -> int:
         store.close()
 
 
-def moves_made(config: ControllerConfig, rounds: tuple[int, int], keys: set[str]) -> int:
-    """Jobs checkpointed and requeued onto other GPUs by the controller in those rounds."""
+@dataclass
+class Move:
+    """One move the controller made, with what it cost and what it gained."""
+
+    name: str
+    round: int
+    before: str  # GPU type
+    after: str
+    restart_s: float | None  # the controller's measured restart cost; None: not measured
+    steps_after: int = 0  # steps the next run trained on the new type
+
+    def gain_s(self) -> float:
+        """Seconds the steps after the move saved against the old type (negative when the
+        move went to a slower type, to give the faster one to others)."""
+        return self.steps_after * (
+            step_time_s(self.name, self.before) - step_time_s(self.name, self.after)
+        )
+
+
+def moves_made(config: ControllerConfig, rounds: tuple[int, int], phase: Phase) -> list[Move]:
+    """The moves (checkpoint, requeue onto other GPUs) the controller made in those rounds, in
+    order, from its journal: each with the restart cost it measured for the job (journaled
+    with later rounds' snapshots) and the steps the job's next run trained."""
+    names = {job_id: name for name, (job_id, _) in phase.submitted.items()}
     store = SqliteStore(config.store)
     try:
-        return sum(
-            1
+        records = [r for r in store.rounds() if rounds[0] <= r.round <= rounds[1]]
+        done = {
+            (a.round, a.job_key)
             for a in store.actions()
-            if rounds[0] <= a.round <= rounds[1]
-            and a.job_key in keys
-            and a.kind in ("requeue_hold", "submit")
-            and a.status == "done"
-        )
+            if a.kind in ("requeue_hold", "submit") and a.status == "done"
+        }
     finally:
         store.close()
+    moves: list[Move] = []
+    previous: dict[str, str] = {}
+    for i, record in enumerate(records):
+        for key, placement in sorted(record.plan.move.items()):
+            if key not in names or (record.round, key) not in done:
+                continue
+            later = [
+                job.restart_s
+                for r in records[i + 1 :]
+                for job in (r.snapshot.jobs if r.snapshot is not None else ())
+                if job.key == key and job.restart_s is not None
+            ]
+            moves.append(
+                Move(
+                    names[key],
+                    record.round,
+                    previous.get(key, "?"),
+                    placement.gpu_types[0],
+                    later[0] if later else None,
+                )
+            )
+        for key, placement in record.plan.placements.items():
+            previous[key] = placement.gpu_types[0]
+    # Each requeue (a move or a stop) starts the job's next run: the run after a move is the
+    # one whose restart count is the number of requeues up to and including it.
+    requeues: dict[str, list[int]] = {}
+    for round_, key in sorted(done):
+        if key in names:
+            requeues.setdefault(names[key], []).append(round_)
+    for move in moves:
+        outcome = phase.outcomes.get(move.name)
+        run = sum(1 for r in requeues.get(move.name, []) if r <= move.round)
+        if outcome is not None:
+            move.steps_after = outcome.steps_by_run.get(run, ("?", 0))[1]
+    return moves
 
 
 def node_type_map(backend: CliSlurmBackend) -> dict[str, str]:
     return {n.name: "+".join(sorted(n.gpus)) or "-" for n in backend.list_nodes()}
+
+
+def step_time_s(name: str, gpu_type: str) -> float:
+    """How long a step of job `name` lasts on `gpu_type` under emulation: STEP_TIME_S on its
+    fastest type, stretched by Gavel's measured slowdown elsewhere."""
+    job_class = dict(JOBS)[name]
+    table = shipped_throughputs()
+    types = ["v100", "p100", "k80"]
+    row = dict(zip(types, table.row(job_class, 1, types), strict=True))
+    return STEP_TIME_S * max(row.values()) / row[gpu_type] if row.get(gpu_type) else float("nan")
 
 
 def speed_ratios() -> dict[str, str]:
@@ -316,7 +386,9 @@ def speed_ratios() -> dict[str, str]:
     return out
 
 
-def summary(alone: Phase, managed: Phase, references: Mapping[str, str], moves: int) -> bool:
+def summary(
+    alone: Phase, managed: Phase, references: Mapping[str, str], moves: Sequence[Move]
+) -> bool:
     ratios = speed_ratios()
     print("\n== 3. Summary ==")
     header = ("job", "speed v100 p100 k80", "Slurm alone", "GPU", "hetsched", "GPU types")
@@ -350,9 +422,10 @@ def summary(alone: Phase, managed: Phase, references: Mapping[str, str], moves: 
         f"\naverage completion time: Slurm alone {avg_alone:.1f} s, hetsched {avg_managed:.1f} s "
         f"({avg_alone / avg_managed:.2f}x faster)"
     )
+    show_moves(moves)
     print(
-        f"moves made: {moves}; steps lost: {lost}; results identical to uninterrupted runs: "
-        f"{'yes' if not problems else 'NO'}"
+        f"moves made: {len(moves)}; steps lost: {lost}; results identical to uninterrupted "
+        f"runs: {'yes' if not problems else 'NO'}"
     )
     if lost:
         problems.append(f"{lost} steps were trained twice after a move")
@@ -362,14 +435,45 @@ def summary(alone: Phase, managed: Phase, references: Mapping[str, str], moves: 
     return ok
 
 
+def show_moves(moves: Sequence[Move]) -> None:
+    """Each move: its restart (measured by the controller), the time its steps on the new type
+    saved, and whether it paid for itself."""
+    if not moves:
+        print("\nno moves: every job stayed where it started")
+        return
+    print("\nmoves, what each cost (the job's restart) and gained (its steps on the new type):")
+    for m in moves:
+        cost = "not measured" if m.restart_s is None else f"{m.restart_s:.1f} s (measured)"
+        gain = m.gain_s()
+        verdict = (
+            "gave its GPU type to others"
+            if gain < 0
+            else "paid for itself"
+            if m.restart_s is not None and gain > m.restart_s
+            else "did not pay"
+            if m.restart_s is not None
+            else "?"
+        )
+        print(
+            f"  {m.name:12} round {m.round:3}  {m.before}->{m.after}: restart {cost}; "
+            f"{m.steps_after} steps on {m.after} saved {gain:.1f} s -> {verdict}"
+        )
+    measured = [m for m in moves if m.restart_s is not None]
+    print(
+        f"in all: restarts cost {sum(m.restart_s or 0.0 for m in measured):.1f} s "
+        f"({len(measured)} of {len(moves)} measured), the moved steps saved "
+        f"{sum(max(0.0, m.gain_s()) for m in moves):.1f} s"
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
         "--policy",
-        default=DEMO_POLICY,
-        help=f"the controller's policy (default {DEMO_POLICY}; `hetsched allocate --list`)",
+        help="the controller's policy (default: the config's, max_min_fairness_perf; "
+        "`hetsched allocate --list`)",
     )
-    parser.add_argument("--round", type=float, default=15.0, help="controller round, s (15)")
+    parser.add_argument("--round", type=float, default=8.0, help="controller round, s (8)")
     parser.add_argument("--timeout", type=float, default=600.0, help="per phase, s (600)")
     args = parser.parse_args(argv)
     if not os.environ.get("SLURM_CONF"):
@@ -395,8 +499,7 @@ def main(argv: list[str] | None = None) -> int:
             out, _ = run.communicate(timeout=300)
             found = _FINAL_LINE.search(out)
             references[name] = found.group(2) if found else ""
-    keys = set(managed.job_ids)
-    ok = summary(alone, managed, references, moves_made(config, rounds, keys))
+    ok = summary(alone, managed, references, moves_made(config, rounds, managed))
     print(f"\njob logs and the controller's log: {work}")
     print("rounds: hetsched rounds --config etc/hetsched-devcluster.toml --last 10")
     return 0 if ok else 1

@@ -203,8 +203,9 @@ def _add_simulate(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         help="replay a trace on a simulated cluster with one or several policies",
         description=(
             "Replay a trace of training jobs on a described cluster, round by round, with the "
-            "same policy and mechanism code as the live controller, and report average job "
-            "completion time, makespan, utilization, energy, tardiness and preemptions. "
+            "same policy and mechanism code as the live controller, and report average and "
+            "99th-percentile job completion time, makespan, utilization, energy, tardiness, "
+            "preemptions, moves and the GPU-hours lost to restarts. "
             "docs/simulation.md describes the trace formats and the model."
         ),
     )
@@ -244,7 +245,31 @@ def _add_simulate(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         type=float,
         default=10.0,
         metavar="S",
-        help="seconds a job moved to other GPUs makes no progress (default: 10)",
+        help="restart cost: seconds a job moved to other GPUs (or restarted after a stop) makes "
+        "no progress, for jobs whose cost neither the trace (restart_s) nor --restart-costs "
+        "gives (default: 10)",
+    )
+    p.add_argument(
+        "--restart-costs",
+        type=Path,
+        metavar="FILE",
+        help='restart costs per job class, a TOML ("class" = seconds) or JSON ({"class": '
+        "seconds}) file; over --restart-overhead, under a trace job's own restart_s",
+    )
+    p.add_argument(
+        "--moves",
+        choices=("amortized", "plain"),
+        default="amortized",
+        help="round mechanism: move or stop a running job only once the move pays for its "
+        "restart (amortized; default), or every round as Gavel does (plain); docs/mechanism.md",
+    )
+    p.add_argument(
+        "--restart-share",
+        type=float,
+        default=0.1,
+        metavar="X",
+        help="with --moves amortized: the largest share of a job's time on GPUs that its "
+        "restarts may take, 0 < X <= 1 (default: 0.1)",
     )
     p.add_argument(
         "--reset-interval",
@@ -289,9 +314,22 @@ def _add_simulate(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
 def _run_simulate(args: argparse.Namespace) -> int:
     from slurm_hetsched.core.mechanism import RoundOptions
     from slurm_hetsched.sim.command import SimulateRequest, run_simulate
+    from slurm_hetsched.sim.restart_costs import MAX_RESTART_S, is_restart_s, read_restart_costs
     from slurm_hetsched.sim.run import SimSettings
 
     _quiet_solver_banner()
+
+    if not is_restart_s(args.restart_overhead):
+        raise ConfigError(
+            f"--restart-overhead {args.restart_overhead}: expected seconds from 0 to "
+            f"{MAX_RESTART_S:.0f} (a day)"
+        )
+    if not 0 < args.restart_share <= 1:
+        raise ConfigError(
+            f"--restart-share {args.restart_share}: expected a share of the job's time on GPUs, "
+            "0 < X <= 1 (e.g. 0.1)"
+        )
+    by_class = read_restart_costs(args.restart_costs) if args.restart_costs else {}
 
     policies = (
         tuple(p.strip() for p in args.compare.split(",") if p.strip())
@@ -305,12 +343,17 @@ def _run_simulate(args: argparse.Namespace) -> int:
         gpus_per_server=args.gpus_per_server,
         settings=SimSettings(
             round_s=_positive(args.round, "--round"),
-            restart_overhead_s=_non_negative(args.restart_overhead, "--restart-overhead"),
+            restart_overhead_s=args.restart_overhead,
+            restart_s_by_class=by_class,
             min_reset_interval_s=_non_negative(args.reset_interval, "--reset-interval"),
             idle_nodes_on=not args.power_down_idle_nodes,
             seed=args.seed,
             round_options=RoundOptions(
-                queue=args.queue, work_conserving=not args.no_work_conservation
+                queue=args.queue,
+                work_conserving=not args.no_work_conservation,
+                moves=args.moves,
+                restart_s=args.restart_overhead,
+                restart_share=args.restart_share,
             ),
         ),
         throughputs=args.throughputs,
@@ -331,9 +374,11 @@ def _add_trace(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         "generate",
         help="a seeded synthetic trace in our JSONL or CSV format",
         description=(
-            "Generate a trace with Poisson arrivals, Gavel's Philly-derived durations (80%% "
-            "10^1.5-10^3 min, 20%% 10^3-10^4 min) and GPU counts (multi: 70%% 1, 10%% 2, 15%% "
-            "4, 5%% 8), job classes drawn from the throughput table. docs/simulation.md."
+            # A description is printed as it is (no %-formatting, unlike an argument's help).
+            "Generate a trace with Poisson or bursty arrivals, Gavel's Philly-derived durations "
+            "(80% 10^1.5-10^3 min, 20% 10^3-10^4 min) and GPU counts (multi: 70% 1, 10% 2, "
+            "15% 4, 5% 8), job classes drawn from the throughput table, and optionally "
+            "restart costs per class. docs/simulation.md."
         ),
     )
     g.add_argument("--output", "-o", required=True, metavar="FILE", help=".jsonl or .csv")
@@ -342,6 +387,40 @@ def _add_trace(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     rate.add_argument("--rate", type=float, metavar="JOBS_PER_HOUR", help="mean arrival rate")
     rate.add_argument(
         "--lam", type=float, metavar="S", help="mean seconds between arrivals (0: all at once)"
+    )
+    g.add_argument(
+        "--arrivals",
+        choices=("poisson", "bursty"),
+        help="poisson (default; with --rate or --lam) or bursty: bursts of jobs separated by "
+        "quiet periods, in the spirit of Sia's (SOSP'23) bursty workload",
+    )
+    g.add_argument(
+        "--burst-jobs-max",
+        type=int,
+        metavar="N",
+        help="with --arrivals bursty: each burst has 1..N jobs, uniform (default: 100)",
+    )
+    g.add_argument(
+        "--burst-window",
+        type=float,
+        metavar="S",
+        help="with --arrivals bursty: a burst's jobs arrive within S seconds of its first "
+        "(default: 3600)",
+    )
+    g.add_argument(
+        "--burst-quiet",
+        type=float,
+        metavar="S",
+        help="with --arrivals bursty: mean quiet seconds from the end of one burst's window to "
+        "the next burst, exponential (default: 14400)",
+    )
+    g.add_argument(
+        "--restart-range",
+        nargs="?",
+        const="25,250",
+        metavar="LO,HI",
+        help="write restart costs: one per job class, uniform in [LO,HI] seconds, as each job's "
+        "restart_s; alone: 25,250 (published checkpoint-restores, Sia SOSP'23)",
     )
     g.add_argument("--seed", type=int, default=0, help="seed (default: 0)")
     g.add_argument(
@@ -381,7 +460,9 @@ def _add_trace(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
 
 
 def _run_trace(args: argparse.Namespace) -> int:
+    from slurm_hetsched.sim.arrivals import Bursts
     from slurm_hetsched.sim.generate import run_generate
+    from slurm_hetsched.sim.restart_costs import check_restart_range
     from slurm_hetsched.sim.scenarios import run_generate_scenario
 
     if args.scenario:
@@ -395,6 +476,11 @@ def _run_trace(args: argparse.Namespace) -> int:
                 ("--lam", args.lam),
                 ("--due-factor", args.due_factor),
                 ("--gpu-types", args.gpu_types),
+                ("--arrivals", args.arrivals),
+                ("--burst-jobs-max", args.burst_jobs_max),
+                ("--burst-window", args.burst_window),
+                ("--burst-quiet", args.burst_quiet),
+                ("--restart-range", args.restart_range),
             )
             if value is not None
         ]
@@ -412,8 +498,48 @@ def _run_trace(args: argparse.Namespace) -> int:
             )
         )
         return 0
-    if args.jobs is None or (args.rate is None and args.lam is None):
-        raise ConfigError("give --jobs N and one of --rate or --lam (or --scenario)")
+    burst_flags = {
+        flag: value
+        for flag, value in (
+            ("--burst-jobs-max", args.burst_jobs_max),
+            ("--burst-window", args.burst_window),
+            ("--burst-quiet", args.burst_quiet),
+        )
+        if value is not None
+    }
+    bursts = None
+    if args.arrivals == "bursty":
+        if args.jobs is None:
+            raise ConfigError("--arrivals bursty needs --jobs N")
+        given = [f for f, v in (("--rate", args.rate), ("--lam", args.lam)) if v is not None]
+        if given:
+            raise ConfigError(
+                f"--arrivals bursty draws its own arrivals; drop {', '.join(given)} (set the "
+                "bursts with --burst-jobs-max, --burst-window, --burst-quiet)"
+            )
+        if args.burst_jobs_max is not None and args.burst_jobs_max < 1:
+            raise ConfigError(f"--burst-jobs-max {args.burst_jobs_max}: expected jobs >= 1")
+        if args.burst_window is not None:
+            _positive(args.burst_window, "--burst-window")
+        if args.burst_quiet is not None:
+            _non_negative(args.burst_quiet, "--burst-quiet")
+        chosen = {
+            "jobs_max": args.burst_jobs_max,
+            "window_s": args.burst_window,
+            "quiet_s": args.burst_quiet,
+        }
+        bursts = Bursts(**{name: value for name, value in chosen.items() if value is not None})
+    elif burst_flags:
+        raise ConfigError(f"{', '.join(burst_flags)} need --arrivals bursty")
+    elif args.jobs is None or (args.rate is None and args.lam is None):
+        raise ConfigError(
+            "give --jobs N and one of --rate or --lam, or --arrivals bursty (or --scenario)"
+        )
+    restart_range = (
+        check_restart_range(_pair(args.restart_range, "--restart-range"), "--restart-range")
+        if args.restart_range is not None
+        else None
+    )
 
     print(
         run_generate(
@@ -422,6 +548,8 @@ def _run_trace(args: argparse.Namespace) -> int:
             seed=args.seed,
             rate_per_hour=args.rate,
             lam_s=args.lam,
+            bursts=bursts,
+            restart_range=restart_range,
             mix=args.mix,
             fmt=args.format,
             throughputs=args.throughputs,

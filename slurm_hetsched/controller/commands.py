@@ -12,6 +12,8 @@ from slurm_hetsched.controller.admin_comment import describe_share, describe_tar
 from slurm_hetsched.controller.config import ConfigError, ControllerConfig
 from slurm_hetsched.controller.enact import EnactSettings
 from slurm_hetsched.controller.live import ObserveSettings, ReadOnlyRegistry, SlurmCluster
+from slurm_hetsched.controller.restart_cost import RestartEstimate, describe_estimate
+from slurm_hetsched.controller.restarts import RestartTracker
 from slurm_hetsched.controller.service import (
     Controller,
     RoundSummary,
@@ -28,10 +30,18 @@ logger = logging.getLogger(__name__)
 
 def service_settings(config: ControllerConfig) -> ServiceSettings:
     """The service's settings from a loaded config."""
+    site = config.site_data()
+    unknown = sorted(set(config.restart_s_by_class) - set(site.table.classes))
+    if unknown:
+        logger.warning(
+            "moves.restart_s_by_class names classes the throughput table does not know, so "
+            "no job has them: %s",
+            ", ".join(map(repr, unknown)),
+        )
     return ServiceSettings(
         policy=config.policy,
         policy_options=dict(config.policy_options),
-        site=config.site_data(),
+        site=site,
         tick=config.tick_settings(),
         store_path=config.store,
         lock_path=config.lock_path,
@@ -52,6 +62,7 @@ def service_settings(config: ControllerConfig) -> ServiceSettings:
             key_release_s=config.key_release_s,
         ),
         cli=_cli(config),
+        restarts=config.restart_settings(),
     )
 
 
@@ -156,6 +167,9 @@ def show_status(config: ControllerConfig, *, out: TextIO) -> int:
     slurm = CliSlurmBackend(_cli(config))
     store = SqliteStore(config.store) if config.store.exists() else None
     last = store.load() if store is not None else None
+    # Measured in memory, as the service would: a restart that reported since its last round
+    # shows at once.
+    restarts = RestartTracker(store, config.restart_settings(), save=False)
     cluster = SlurmCluster(
         slurm,
         None,  # type: ignore[arg-type]  # read-only: never enacts
@@ -166,9 +180,11 @@ def show_status(config: ControllerConfig, *, out: TextIO) -> int:
             state_root=config.state_root,
             partitions=config.partitions,
             qos=config.qos,
+            progress_max_age_s=config.progress_max_age_s,
             key_release_s=config.key_release_s,
         ),
         registry=ReadOnlyRegistry(store),
+        restarts=restarts,
     )
     view = cluster.read_view(last)
     print("NODE      STATE        GPUS                 IN USE (not managed)", file=out)
@@ -188,7 +204,7 @@ def show_status(config: ControllerConfig, *, out: TextIO) -> int:
     print(f"\nMANAGED JOBS ({len(view.managed)})", file=out)
     print(
         f"{'KEY':<10} {'JOBID':<8} {'USER':<10} {'STATE':<10} {'CLASS':<28} GPUS "
-        f"{'TARGET':<16} SHARE",
+        f"{'RESTART':<20} {'TARGET':<16} SHARE",
         file=out,
     )
     placements = last.plan.placements if last else {}
@@ -198,9 +214,12 @@ def show_status(config: ControllerConfig, *, out: TextIO) -> int:
             if last and key in last.allocation.job_ids
             else "-"
         )
+        restart = describe_estimate(
+            restarts.estimates.get(key, RestartEstimate(None, "default")), config.restart_s
+        )
         print(
             f"{key:<10} {job.slurm_id:<8} {job.leader.user:<10} {job.state.value:<10} "
-            f"{job.spec.job_class[:28]:<28} {job.num_gpus:<4} "
+            f"{job.spec.job_class[:28]:<28} {job.num_gpus:<4} {restart:<20} "
             f"{describe_target(placements.get(key)):<16} {share}",
             file=out,
         )

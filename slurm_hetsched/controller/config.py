@@ -19,8 +19,16 @@ from pathlib import Path
 from typing import Any
 
 from slurm_hetsched import data_files
+from slurm_hetsched.controller.restart_cost import DEFAULT_MAX_RESTART_S, RestartSettings
 from slurm_hetsched.controller.tick import TickSettings
-from slurm_hetsched.core.mechanism import QUEUES, RoundOptions
+from slurm_hetsched.core.jobspec import CLASS_MAX
+from slurm_hetsched.core.mechanism import (
+    DEFAULT_RESTART_S,
+    DEFAULT_RESTART_SHARE,
+    MOVES,
+    QUEUES,
+    RoundOptions,
+)
 from slurm_hetsched.core.policies import get_policy
 from slurm_hetsched.core.problem import SiteData
 from slurm_hetsched.errors import ConfigError as _BaseConfigError
@@ -67,6 +75,12 @@ class ControllerConfig:
     # [metrics]
     metrics_port: int | None = None
     metrics_address: str = "127.0.0.1"
+    # [moves]
+    moves: str = "amortized"
+    restart_share: float = DEFAULT_RESTART_SHARE
+    restart_s: float = DEFAULT_RESTART_S
+    max_restart_s: float = DEFAULT_MAX_RESTART_S
+    restart_s_by_class: Mapping[str, float] = field(default_factory=dict)
     # [watchdog]
     watchdog_after_s: float | None = None  # default: watchdog_after()
     # [testing]
@@ -107,8 +121,20 @@ class ControllerConfig:
             round_s=self.round_s,
             min_reset_interval_s=self.min_reset_interval_s,
             round_options=RoundOptions(
-                queue=self.round_queue, work_conserving=self.work_conserving
+                queue=self.round_queue,
+                work_conserving=self.work_conserving,
+                moves=self.moves,
+                restart_s=self.restart_s,
+                restart_share=self.restart_share,
             ),
+        )
+
+    def restart_settings(self) -> RestartSettings:
+        """How the controller estimates each job's restart cost (controller/restart_cost.py)."""
+        return RestartSettings(
+            default_s=self.restart_s,
+            by_class=dict(self.restart_s_by_class),
+            max_s=self.max_restart_s,
         )
 
     def replace(self, **changes: Any) -> ControllerConfig:
@@ -169,6 +195,34 @@ def _queue(value: Any, base: Path) -> str:
     if value not in QUEUES:
         raise ValueError(f"expected one of {', '.join(QUEUES)}, got {value!r}")
     return str(value)
+
+
+def _moves(value: Any, base: Path) -> str:
+    if value not in MOVES:
+        raise ValueError(f"expected one of {', '.join(MOVES)}, got {value!r}")
+    return str(value)
+
+
+def _share(value: Any, base: Path) -> float:
+    share = float(_number(0, strict=True)(value, base))
+    if share > 1:
+        raise ValueError(f"expected a share of time in (0, 1], got {value!r}")
+    return share
+
+
+def _seconds_by_class(value: Any, base: Path) -> dict[str, float]:
+    if not isinstance(value, dict):
+        raise ValueError(f"expected a table of job class = seconds, got {value!r}")
+    seconds = _number(0, strict=False)
+    out = {}
+    for job_class, item in value.items():
+        if not 0 < len(job_class) <= CLASS_MAX:
+            raise ValueError(f"{job_class!r}: a job class has 1 to {CLASS_MAX} characters")
+        try:
+            out[job_class] = float(seconds(item, base))
+        except ValueError as exc:
+            raise ValueError(f"{job_class!r}: {exc}") from None
+    return out
 
 
 def _log_level(value: Any, base: Path) -> str:
@@ -248,6 +302,13 @@ _KEYS: dict[str, dict[str, tuple[str, _Parser]]] = {
         "port": ("metrics_port", _port),
         "address": ("metrics_address", _text),
     },
+    "moves": {
+        "mechanism": ("moves", _moves),
+        "restart_share": ("restart_share", _share),
+        "restart_s": ("restart_s", _number(0, strict=False)),
+        "max_restart_s": ("max_restart_s", _number(0, strict=True)),
+        "restart_s_by_class": ("restart_s_by_class", _seconds_by_class),
+    },
     "watchdog": {
         "after_s": ("watchdog_after_s", _number(0, strict=True)),
     },
@@ -315,6 +376,7 @@ def load_config(path: str | Path | None) -> ControllerConfig:
     config = ControllerConfig(**values)
     try:
         check_policy(config)
+        check_restart_costs(config)
     except ConfigError as exc:
         raise ConfigError(f"{path}: {exc}") from exc
     return config
@@ -331,6 +393,20 @@ def check_policy(config: ControllerConfig) -> None:
         get_policy(config.policy, dict(config.policy_options))
     except (HetschedError, KeyError, ValueError) as exc:
         raise ConfigError(f"controller.policy_options: {exc}") from exc
+
+
+def check_restart_costs(config: ControllerConfig) -> None:
+    """The restart costs an admin sets stay within the cap of measured ones (raises
+    ConfigError): a default above it would rank a job never measured above every measured
+    one."""
+    cap = f"moves.max_restart_s ({config.max_restart_s:g} s)"
+    if config.restart_s > config.max_restart_s:
+        raise ConfigError(f"moves.restart_s: {config.restart_s:g} s is above {cap}")
+    for job_class, seconds in sorted(config.restart_s_by_class.items()):
+        if seconds > config.max_restart_s:
+            raise ConfigError(
+                f"moves.restart_s_by_class: {job_class!r} = {seconds:g} s is above {cap}"
+            )
 
 
 def _hint(name: str, valid: Mapping[str, Any]) -> str:

@@ -25,6 +25,7 @@ from __future__ import annotations
 import logging
 import os
 import pwd
+import re
 import signal
 import time
 from collections.abc import Callable, Mapping
@@ -72,6 +73,22 @@ ACTION_KINDS = (
     "submit",
     "cancel",
 )
+
+
+def ack_outcome(ack: CheckedAck) -> str:
+    """The journal's outcome of an accepted ack: 'step 8200 in ckpt-8200'."""
+    return f"step {ack.step} in {ack.checkpoint}"
+
+
+# The step is the controller's own text and comes first; the checkpoint name after it is the
+# job's (bounded by read_ack), so only the prefix is read back.
+_ACKED_STEP = re.compile(r"step ([0-9]{1,13}) in ")
+
+
+def acked_step(outcome: str) -> int | None:
+    """The step of an ack from its journal outcome (`ack_outcome`), or None."""
+    match = _ACKED_STEP.match(outcome)
+    return int(match.group(1)) if match else None
 
 
 class Journal(Protocol):
@@ -368,7 +385,7 @@ class SlurmEnactor:
                 ack = self._read_ack(round_, jobs[key], waiting[key] - 1.0)
                 if ack is not None:
                     del waiting[key]
-                    self._finish(actions[key], True, f"step {ack.step} in {ack.checkpoint}", "ack")
+                    self._finish(actions[key], True, ack_outcome(ack), "ack")
             if not waiting or self.clock() >= deadline:
                 break
             self.sleep(self.settings.poll_s)

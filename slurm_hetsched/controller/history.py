@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from datetime import datetime
 
 from slurm_hetsched.controller.admin_comment import describe_share, describe_target
+from slurm_hetsched.controller.restart_cost import describe_seconds
 from slurm_hetsched.core.ports import RoundRecord
 from slurm_hetsched.store.sqlite import Action
 
@@ -13,7 +14,8 @@ from slurm_hetsched.store.sqlite import Action
 def format_rounds(
     records: Sequence[RoundRecord], actions: Sequence[Action], job: str | None = None
 ) -> str:
-    """One line per round; with `job`, that job's target, share, priority and actions."""
+    """One line per round; with `job`, that job's target, share, priority, restart cost (as
+    the round's snapshot gave it to the mechanism) and actions."""
     if not records:
         return "no rounds recorded yet"
     if job is None:
@@ -38,7 +40,10 @@ def format_rounds(
     for action in actions:
         if action.job_key == job:
             by_round.setdefault(action.round, []).append(action)
-    lines = [f"{'ROUND':>5}  {'TIME':<19}  {'TARGET':<22} {'SHARE':<26} {'PRIO':>6}  ACTIONS"]
+    lines = [
+        f"{'ROUND':>5}  {'TIME':<19}  {'TARGET':<22} {'SHARE':<26} {'PRIO':>6} "
+        f"{'RESTART':>8}  ACTIONS"
+    ]
     seen = False
     for r in records:
         plan = r.plan
@@ -66,11 +71,22 @@ def format_rounds(
         lines.append(
             f"{r.round:>5}  {_when(r.now_s):<19}  "
             f"{describe_target(plan.placements.get(job)):<22} {share:<26} "
-            f"{'-' if prio is None else f'{prio:.3g}':>6}  {kind}" + (f": {done}" if done else "")
+            f"{'-' if prio is None else f'{prio:.3g}':>6} {_restart(r, job):>8}  {kind}"
+            + (f": {done}" if done else "")
         )
     if not seen:
         return f"job {job!r} appears in none of these rounds"
     return "\n".join(lines)
+
+
+def _restart(record: RoundRecord, job: str) -> str:
+    """The job's restart cost in the round's snapshot: '8.1s', 'default' (None: the
+    mechanism's default), or '-' when the snapshot does not hold the job."""
+    jobs = record.snapshot.jobs if record.snapshot is not None else ()
+    found = next((j for j in jobs if j.key == job), None)
+    if found is None:
+        return "-"
+    return "default" if found.restart_s is None else describe_seconds(found.restart_s)
 
 
 def _when(now_s: float) -> str:

@@ -34,7 +34,11 @@ logger = logging.getLogger(__name__)
 
 @dataclass(frozen=True, slots=True)
 class Progress:
-    """A job's progress report, already checked (owner, plausibility) by the caller."""
+    """A job's progress report, already checked (owner, plausibility) by the caller.
+
+    `job_id`, `restart_count` and `updated_at` tell which run wrote it and when (by the job's
+    own clock: a user's claim, only believed within bounds the controller knows).
+    """
 
     step: int
     total_steps: int | None = None
@@ -42,6 +46,8 @@ class Progress:
     gpu_type: str | None = None
     restart_count: int | None = None
     status: str = "running"
+    job_id: str | None = None
+    updated_at: float | None = None
 
 
 @dataclass(frozen=True, slots=True)

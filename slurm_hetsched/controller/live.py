@@ -38,6 +38,7 @@ from slurm_hetsched.controller.jobview import (
     build_view,
 )
 from slurm_hetsched.controller.keys import KeyBinding
+from slurm_hetsched.controller.restarts import RestartTracker
 from slurm_hetsched.controller.statefiles import JobFolder, read_progress
 from slurm_hetsched.core.model import Placement, RoundPlan
 from slurm_hetsched.core.ports import EnactReport, Observation, RoundRecord
@@ -131,12 +132,15 @@ class SlurmCluster:
         settings: ObserveSettings,
         *,
         registry: Registry | None = None,
+        restarts: RestartTracker | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.slurm = slurm
         self.enactor = enactor
         self.journal = journal
         self.registry: Registry = registry if registry is not None else ReadOnlyRegistry(None)
+        # None: no restart costs (every job gets the mechanism's default).
+        self.restarts = restarts
         self.last_record = last_record
         self.table = table
         self.settings = settings
@@ -151,7 +155,8 @@ class SlurmCluster:
 
     def read_view(self, last: RoundRecord | None) -> SlurmView:
         """Slurm now, in the controller's terms, remembering from `last` (the last round)
-        arrivals and measured rates (raises SlurmUnavailableError)."""
+        arrivals and measured rates; with each job's restart cost in the snapshot (raises
+        SlurmUnavailableError)."""
         try:
             jobs = self.slurm.list_jobs()
             nodes = self.slurm.list_nodes()
@@ -170,7 +175,7 @@ class SlurmCluster:
             for row in self.registry.set_aside()
         }
         self._stored = (bindings, aside)
-        return build_view(
+        view = build_view(
             jobs,
             nodes,
             now_s=now_s,
@@ -185,6 +190,18 @@ class SlurmCluster:
             key_release_s=self.settings.key_release_s,
             set_aside=aside,
         )
+        return self._with_restart_costs(view)
+
+    def _with_restart_costs(self, view: SlurmView) -> SlurmView:
+        """The view whose snapshot carries each job's restart cost, after measuring the
+        restarts it shows; a failure there leaves every job at the default, never the round."""
+        if self.restarts is None:
+            return view
+        try:
+            return self.restarts.observe(view)
+        except Exception:
+            logger.exception("cannot measure or estimate the jobs' restart costs this round")
+            return view
 
     def observe(self) -> Observation:
         last = self.last_record()
@@ -235,6 +252,7 @@ class SlurmCluster:
         gpu_type = payload.get("gpu_type")
         restart = payload.get("restart_count")
         status = payload.get("status")
+        job_id = payload.get("job_id")
         return Progress(
             step=int(payload["step"]),
             total_steps=payload.get("total_steps"),
@@ -242,6 +260,8 @@ class SlurmCluster:
             gpu_type=gpu_type if isinstance(gpu_type, str) else None,
             restart_count=restart if isinstance(restart, int) else None,
             status=status if isinstance(status, str) else "running",
+            job_id=str(job_id)[:64] if isinstance(job_id, str | int) else None,
+            updated_at=float(payload["updated_at"]),  # finite: read_progress checked it
         )
 
     # -- enact ---------------------------------------------------------------------------------
@@ -249,8 +269,15 @@ class SlurmCluster:
     def enact(self, plan: RoundPlan) -> EnactReport:
         if self.view is None:
             raise HetschedError("enact before observe")
+        for key, why in sorted(plan.held.items()):
+            logger.info("round %d: job %s kept on its GPUs: %s", plan.round, key, why)
         report, outcome = self.enactor.enact(self.view, plan)
         self.last = LastRound(outcome=outcome)
+        if self.restarts is not None:
+            try:
+                self.restarts.moved(plan.round, outcome.moved)
+            except Exception:  # the moves are made; only their timing is lost
+                logger.exception("round %d: cannot watch the restarts of its moves", plan.round)
         set_aside = self._record_set_aside(plan)
         self._release_rejected(plan.round, set_aside)
         self._write_admin_comments(plan, outcome)
@@ -352,7 +379,7 @@ class SlurmCluster:
                 placement=placements.get(key),
                 share=share,
                 priority=plan.priority.get(key),
-                reason=_reason(key, outcome, placements, job),
+                reason=_reason(key, outcome, placements, job, plan.held),
             )
             current = "" if key in outcome.resubmitted else job.leader.admin_comment
             if not needs_update(current, text):
@@ -389,7 +416,13 @@ def _not_running(view: SlurmView, placements: Mapping[str, Placement]) -> tuple[
     return tuple(out)
 
 
-def _reason(key: str, outcome: EnactOutcome, placements: dict, job: ManagedJob) -> str:  # type: ignore[type-arg]
+def _reason(
+    key: str,
+    outcome: EnactOutcome,
+    placements: dict,  # type: ignore[type-arg]
+    job: ManagedJob,
+    held: Mapping[str, str],
+) -> str:
     if key in outcome.failed:
         return "failed:" + outcome.failed[key].split(":")[0].replace(" ", "-")[:40]
     if key in outcome.moved or key in outcome.resubmitted:
@@ -400,6 +433,10 @@ def _reason(key: str, outcome: EnactOutcome, placements: dict, job: ManagedJob) 
         return "started"
     if key in outcome.stopped:
         return "stopped:queued"
+    if key in outcome.kept and key in held:
+        # Only the rule's name ("kept:residence"): its figures change every round, and the
+        # comment is rewritten only when its stable part changes.
+        return "kept:" + held[key].split(":")[0].replace(" ", "-")
     if key in outcome.kept:
         return "kept"
     return "queued"

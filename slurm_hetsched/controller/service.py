@@ -15,7 +15,7 @@ import signal
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
 from typing import Any
@@ -30,6 +30,8 @@ from slurm_hetsched.controller.live import (
     SlurmUnavailableError,
 )
 from slurm_hetsched.controller.reconcile import reconcile
+from slurm_hetsched.controller.restart_cost import RestartSettings
+from slurm_hetsched.controller.restarts import RestartTracker
 from slurm_hetsched.controller.statefiles import check_state_root
 from slurm_hetsched.controller.tick import Tick, TickSettings
 from slurm_hetsched.core.model import RoundPlan
@@ -62,6 +64,7 @@ class ServiceSettings:
     enact: EnactSettings
     observe: ObserveSettings
     cli: SlurmCli
+    restarts: RestartSettings = field(default_factory=RestartSettings)
 
 
 @dataclass(slots=True)
@@ -98,6 +101,8 @@ class Controller:
             settings.site.table,
             settings.observe,
             registry=registry,
+            # A dry run measures in memory: what it sees is measured again by the service.
+            restarts=RestartTracker(self._store, settings.restarts, save=not dry_run),
         )
         # A dry run plans on a copy of the last round in memory: nothing reaches the store.
         self._memory: MemoryStore | None = None

@@ -7,10 +7,11 @@ still running on it are jobs to schedule like any other: the round places them e
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Collection, Mapping, Sequence
 from typing import TYPE_CHECKING
 
-from slurm_hetsched.core.model import Job, Node
+from slurm_hetsched.core.model import ClusterSnapshot, Job, Node
 from slurm_hetsched.slurm.records import SlurmNode
 from slurm_hetsched.wrapper.placement import expand_hostlist
 
@@ -134,3 +135,15 @@ def snapshot_job(
         slurm_job_ids=(job.slurm_id,),
         measured_steps_per_s=measured,
     )
+
+
+def with_restart_costs(
+    snapshot: ClusterSnapshot, restart_s: Mapping[str, float]
+) -> ClusterSnapshot:
+    """The snapshot with each job's restart cost (`Job.restart_s`, controller/restart_cost.py)
+    from `restart_s` (job identity -> seconds); a job not there keeps None: the mechanism's
+    default."""
+    jobs = tuple(
+        dataclasses.replace(job, restart_s=restart_s.get(job.key)) for job in snapshot.jobs
+    )
+    return dataclasses.replace(snapshot, jobs=jobs)

@@ -23,11 +23,12 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
+from slurm_hetsched.core.amortize import MoveCase, hold_reason, move_rates, restart_cost_s
 from slurm_hetsched.core.model import (
     Allocation,
     ClusterSnapshot,
@@ -46,6 +47,14 @@ from slurm_hetsched.core.throughput import ThroughputTable, UnknownJobClassError
 GAVEL_MIN_RESET_INTERVAL_S = 1920.0
 
 QUEUES = ("per_type", "global")
+# "amortized": a running job is moved or stopped only when the move pays for its restart
+# (docs/mechanism.md, "Moves that pay for themselves"); "plain": Gavel's mechanism as it is.
+MOVES = ("amortized", "plain")
+# The restart cost of a job that reports none (`Job.restart_s` is None): the dev cluster's
+# signal-to-training-again is ~8 s, published checkpoint-restores of real models 25-250 s.
+DEFAULT_RESTART_S = 30.0
+# The largest share of a job's time on GPUs that restarts may take under "amortized".
+DEFAULT_RESTART_SHARE = 0.1
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,6 +77,11 @@ class RoundOptions:
             highest deficit first, as Gavel's code does for every policy but FIFO. Needs the
             table (`plan_round(table=...)`): without it the mechanism cannot tell "allocated 0"
             from "cannot run" and fills nothing.
+        moves: "amortized" (the default): a job that runs is moved or stopped only once its
+            restart cost is paid for (docs/mechanism.md); "plain": every round as Gavel does.
+        restart_s: the restart cost of a job whose `Job.restart_s` is None, in seconds.
+        restart_share: under "amortized", the largest share of a job's time on GPUs that its
+            restarts may take (0 < share <= 1).
     """
 
     queue: str = "per_type"
@@ -75,11 +89,26 @@ class RoundOptions:
     shuffle: bool = False
     seed: int = 0
     work_conserving: bool = True
+    moves: str = "amortized"
+    restart_s: float = DEFAULT_RESTART_S
+    restart_share: float = DEFAULT_RESTART_SHARE
 
     def __post_init__(self) -> None:
         if self.queue not in QUEUES:
             raise InvalidProblemError(
                 f"round options: queue {self.queue!r}; expected one of {list(QUEUES)}"
+            )
+        if self.moves not in MOVES:
+            raise InvalidProblemError(
+                f"round options: moves {self.moves!r}; expected one of {list(MOVES)}"
+            )
+        if not (math.isfinite(self.restart_s) and self.restart_s >= 0):
+            raise InvalidProblemError(
+                f"round options: restart_s {self.restart_s}; expected seconds >= 0"
+            )
+        if not 0 < self.restart_share <= 1:
+            raise InvalidProblemError(
+                f"round options: restart_share {self.restart_share}; expected 0 < share <= 1"
             )
         object.__setattr__(self, "type_order", tuple(self.type_order))
         if len(set(self.type_order)) != len(self.type_order):
@@ -157,22 +186,19 @@ def plan_round(
     num_gpus = np.array([jobs[j].num_gpus for j in allocation.job_ids], dtype=np.int64)
     priority = compute_priorities(allocation.x, state.received_s, round_s)
     free = _free_gpus(snapshot.nodes, allocation.gpu_types)
+    held: dict[str, str] = {}
     if allocation.placements is not None:  # the policy placed the jobs itself (ANDREAS)
         placed = _policy_placements(allocation, free)
-        rows = {job_id: m for m, job_id in enumerate(allocation.job_ids)}
-        chosen = [
-            (rows[j], allocation.gpu_types.index(p.gpu_types[0])) for j, p in placed.items()
-        ]
     else:
         order = _type_order(allocation.gpu_types, options, table, state.round + 1)
         fill = None
         if options.work_conserving and table is not None:
             fill = _runnable(allocation, jobs, table) & (allocation.x <= 0)
         arrival = np.array([jobs[j].arrival_s for j in allocation.job_ids], dtype=float)
-        chosen = _select(
-            allocation, priority, state.deficit_s, num_gpus, free, order, fill, arrival
-        )
-        placed = _place(chosen, allocation, num_gpus, free, state.placements)
+        walk = _Walk(allocation, priority, state.deficit_s, num_gpus, order, fill, arrival)
+        placed = _place(walk.select(free), allocation, num_gpus, free, state.placements)
+        if options.moves == "amortized":
+            placed, held = _amortize(placed, walk, state, snapshot, free, round_s, options, table)
 
     keep: dict[str, Placement] = {}
     move: dict[str, Placement] = {}
@@ -186,7 +212,11 @@ def plan_round(
         else:
             move[job_id] = placed[job_id]
     stop = tuple(j for j in sorted(last_placements) if j not in placed and j in jobs)
-    chosen_priority = {allocation.job_ids[m]: float(priority[m, t]) for m, t in chosen}
+    rows = {job_id: m for m, job_id in enumerate(allocation.job_ids)}
+    chosen_priority = {
+        j: float(priority[rows[j], allocation.gpu_types.index(p.gpu_types[0])])
+        for j, p in placed.items()
+    }
     plan = RoundPlan(
         round=state.round + 1,
         keep=keep,
@@ -198,9 +228,16 @@ def plan_round(
             for m, job_id in enumerate(allocation.job_ids)
         },
         reset=reset,
+        held=held,
     )
     placements = {**keep, **move, **start}
-    next_state = dataclasses.replace(state, round=plan.round, placements=placements)
+    placed_at_s = {
+        **{j: _placed_at(state, j, snapshot.now_s, round_s) for j in keep},
+        **dict.fromkeys([*move, *start], snapshot.now_s),
+    }
+    next_state = dataclasses.replace(
+        state, round=plan.round, placements=placements, placed_at_s=placed_at_s
+    )
     return plan, next_state
 
 
@@ -310,6 +347,34 @@ def _advance(
     return advanced, reset
 
 
+@dataclass(frozen=True, slots=True)
+class _Walk:
+    """What the greedy choice walks by, fixed for the round; `select` runs it on free GPUs."""
+
+    allocation: Allocation
+    priority: np.ndarray
+    deficit_s: np.ndarray
+    num_gpus: np.ndarray
+    order: Sequence[int] | None
+    fill: np.ndarray | None
+    arrival_s: np.ndarray
+
+    def select(
+        self, free: Mapping[str, Mapping[str, int]], skip: frozenset[int] = frozenset()
+    ) -> list[tuple[int, int]]:
+        return _select(
+            self.allocation,
+            self.priority,
+            self.deficit_s,
+            self.num_gpus,
+            free,
+            self.order,
+            self.fill,
+            self.arrival_s,
+            skip,
+        )
+
+
 def _select(
     allocation: Allocation,
     priority: np.ndarray,
@@ -319,6 +384,7 @@ def _select(
     order: Sequence[int] | None,
     fill: np.ndarray | None,
     arrival_s: np.ndarray,
+    skip: frozenset[int] = frozenset(),
 ) -> list[tuple[int, int]]:
     """Greedy choice of (job row, type column) pairs in priority order (Gavel's Algorithm 1).
 
@@ -329,7 +395,8 @@ def _select(
     Gavel's tie-breakers deficit and allocation, then earlier arrival (Gavel's queue order),
     then larger jobs first, then job id and type name (so the result does not depend on row or
     node order). An entry is taken if the job is not chosen yet and its type still has
-    `num_gpus` free GPUs in all; otherwise the walk goes on with the next entry.
+    `num_gpus` free GPUs in all; otherwise the walk goes on with the next entry. Rows in
+    `skip` (jobs already placed) are passed over.
     """
     x = allocation.x
     capacity = np.array([sum(free[t].values()) for t in allocation.gpu_types], dtype=np.int64)
@@ -337,6 +404,8 @@ def _select(
     if fill is not None:
         eligible = eligible | fill
     eligible &= num_gpus[:, None] <= capacity[None, :]
+    if skip:
+        eligible[sorted(skip)] = False
     rows, cols = np.nonzero(eligible)
     if rows.size == 0:
         return []
@@ -548,6 +617,94 @@ def _policy_placements(
             _take(left[piece.gpu_type], piece.node, piece.count)
         placed[job_id] = placement
     return placed
+
+
+def _amortize(
+    placed: dict[str, Placement],
+    walk: _Walk,
+    state: RoundState,
+    snapshot: ClusterSnapshot,
+    free: Mapping[str, Mapping[str, int]],
+    round_s: float,
+    options: RoundOptions,
+    table: ThroughputTable | None,
+) -> tuple[dict[str, Placement], dict[str, str]]:
+    """Amortized moves (core/amortize.py): the running jobs the plain plan `placed` would move
+    or stop stay on their GPUs when a rule says so; the rest of the round is chosen again, by
+    the same walk, on the GPUs left. Only the plain plan's moves and stops are undone and every
+    job it kept stays, so a round never interrupts more running jobs than the plain plan.
+
+    Returns the placements and job -> why it was held.
+    """
+    allocation = walk.allocation
+    jobs = {job.key: job for job in snapshot.jobs}
+    rows = {job_id: m for m, job_id in enumerate(allocation.job_ids)}
+    kept = {
+        j: p
+        for j, p in placed.items()
+        if j in state.placements and _same_gpus(state.placements[j], p)
+    }
+    left = _without(free, kept.values())
+    held: dict[str, str] = {}
+    for job_id, current in sorted(state.placements.items()):
+        if job_id in kept or not _may_stay(walk, rows[job_id], current, jobs[job_id], left):
+            continue
+        job = jobs[job_id]
+        rate_now, rate_next = move_rates(job, current, placed.get(job_id), table)
+        case = MoveCase(
+            stayed_s=snapshot.now_s - _placed_at(state, job_id, snapshot.now_s, round_s),
+            restart_s=restart_cost_s(job, options.restart_s),
+            rate_now=rate_now,
+            rate_next=rate_next,
+            steps_remaining=job.steps_remaining,
+            round_s=round_s,
+        )
+        reason = hold_reason(case, options.restart_share)
+        if reason is not None:
+            held[job_id] = reason
+            left = _without(left, [current])
+    if not held:
+        return placed, {}
+    pinned = {**kept, **{j: state.placements[j] for j in held}}
+    again = walk.select(left, frozenset(rows[j] for j in pinned))
+    return {**pinned, **_place(again, allocation, walk.num_gpus, left, state.placements)}, held
+
+
+def _may_stay(
+    walk: _Walk, row: int, current: Placement, job: Job, left: Mapping[str, Mapping[str, int]]
+) -> bool:
+    """A running job can be held on its GPUs: they are all still free, it uses as many GPUs as
+    then, and the allocation gives it time on that type (or lets it fill idle GPUs there)."""
+    gpu_type = current.gpu_types[0]
+    column = (
+        walk.allocation.gpu_types.index(gpu_type) if gpu_type in walk.allocation.gpu_types else -1
+    )
+    if column < 0 or current.num_gpus != job.num_gpus or len(current.gpu_types) != 1:
+        return False
+    wanted = walk.allocation.x[row, column] > 0 or (
+        walk.fill is not None and bool(walk.fill[row, column])
+    )
+    need: dict[str, int] = {}
+    for piece in current.slices:
+        need[piece.node] = need.get(piece.node, 0) + piece.count
+    return wanted and all(left.get(gpu_type, {}).get(n, 0) >= c for n, c in need.items())
+
+
+def _placed_at(state: RoundState, job_id: str, now_s: float, round_s: float) -> float:
+    """When the job's current placement began; a state that does not know (recorded before
+    amortized moves) counts it from the last round, the shortest stay it can have had."""
+    return state.placed_at_s.get(job_id, now_s - round_s)
+
+
+def _without(
+    free: Mapping[str, Mapping[str, int]], placements: Iterable[Placement]
+) -> dict[str, dict[str, int]]:
+    """The free GPUs once `placements` (which fit in them) have taken theirs."""
+    left = {t: dict(per_node) for t, per_node in free.items()}
+    for placement in placements:
+        for piece in placement.slices:
+            _take(left[piece.gpu_type], piece.node, piece.count)
+    return left
 
 
 # ----------------------------------------------------------------------------------------------

@@ -169,6 +169,10 @@ class Job:
         measured_steps_per_s: GPU type -> steps/s the job was measured doing there at
             `num_gpus` (its own progress reports, live only); the problem rescales the job's
             throughput row with them (`core.throughput.rescale_row`).
+        restart_s: what one move costs the job, in seconds without progress: from the
+            checkpoint signal to training again (checkpoint, requeue, restore); measured live
+            (docs/mechanism.md, "Restart cost"), per job class or trace job in simulation.
+            None: unknown, the round mechanism takes its default (`RoundOptions.restart_s`).
     """
 
     key: str
@@ -187,6 +191,7 @@ class Job:
     received_s: Mapping[str, float] = field(default_factory=lambda: _EMPTY)
     allowed_gpus: tuple[int, ...] = ()
     measured_steps_per_s: Mapping[str, float] = field(default_factory=lambda: _EMPTY)
+    restart_s: float | None = None
 
     def __post_init__(self) -> None:
         _set(self, "received_s", _frozen_mapping(self.received_s))
@@ -205,6 +210,13 @@ class Job:
         if self.steps_remaining is not None and self.steps_remaining < 0:
             raise InvalidProblemError(
                 f"job {self.key!r}: steps_remaining {self.steps_remaining} is negative"
+            )
+        if self.restart_s is not None and not (
+            math.isfinite(self.restart_s) and self.restart_s >= 0
+        ):
+            raise InvalidProblemError(
+                f"job {self.key!r}: restart cost {self.restart_s} s; expected a finite number "
+                "of seconds >= 0"
             )
 
 
@@ -731,6 +743,9 @@ class RoundState:
             the first reset.
         reset_pending: the allocation changed since the last reset, and the reset waits for
             the minimum interval between resets (docs/mechanism.md).
+        placed_at_s: job id -> when its current placement began (it started or moved there),
+            on the snapshot's clock: how long it has stayed, for amortized moves. A placed
+            job missing here is taken as placed at the last round.
     """
 
     round: int
@@ -742,6 +757,7 @@ class RoundState:
     deficit_s: np.ndarray = None  # type: ignore[assignment]  # (n_jobs, n_types) s; default 0
     last_reset_s: float | None = None
     reset_pending: bool = False
+    placed_at_s: Mapping[str, float] = field(default_factory=lambda: _EMPTY)
 
     def __post_init__(self) -> None:
         shape = (len(self.job_ids), len(self.gpu_types))
@@ -749,6 +765,11 @@ class RoundState:
         deficit = np.zeros(shape) if self.deficit_s is None else self.deficit_s
         _set(self, "deficit_s", _frozen_array(deficit, float, "deficit_s", shape))
         _set(self, "placements", _frozen_mapping(self.placements))
+        _set(
+            self,
+            "placed_at_s",
+            _frozen_mapping({j: t for j, t in self.placed_at_s.items() if j in self.placements}),
+        )
         known = set(self.job_ids)
         for job_id, placement in self.placements.items():
             if job_id not in known or placement.job_id != job_id:
@@ -782,6 +803,8 @@ class RoundPlan:
         reset: True when this round reset the received time (a new allocation took effect).
         set_aside: job -> why the round left it out: the policy failed with it (the round went
             on without it). Never placed, kept or stopped; the cluster hands it back.
+        held: job -> why it stays on its GPUs although the plain mechanism would have moved or
+            stopped it (amortized moves, docs/mechanism.md); such a job is also in `keep`.
     """
 
     round: int
@@ -792,9 +815,10 @@ class RoundPlan:
     priority: Mapping[str, float] = field(default_factory=lambda: _EMPTY)
     reset: bool = False
     set_aside: Mapping[str, str] = field(default_factory=lambda: _EMPTY)
+    held: Mapping[str, str] = field(default_factory=lambda: _EMPTY)
 
     def __post_init__(self) -> None:
-        for name in ("keep", "move", "start", "priority", "set_aside"):
+        for name in ("keep", "move", "start", "priority", "set_aside", "held"):
             _set(self, name, _frozen_mapping(getattr(self, name)))
         _set(self, "stop", tuple(self.stop))
 

@@ -2,9 +2,11 @@
 
 Jobs arrive at their trace times, run at the throughput table's steps/s on the GPUs the plan
 gives them, and finish at the exact moment their last step runs (mid-round). A job placed on
-other GPUs than before (a move, or a restart after a stop) first pays the restart overhead: it
-holds its GPUs but makes no progress. That is everything the simulation adds; every decision
-is the tick's (controller/tick.py), exactly as on Slurm.
+other GPUs than before (a move, or a restart after a stop) first pays its own restart cost: it
+holds its GPUs but makes no progress. A job's cost is its trace's `restart_s`, else its class's,
+else the run's default (sim/restart_costs.py); the snapshot reports it as `Job.restart_s`, as
+the live controller reports what it measured. That is everything the simulation adds; every
+decision is the tick's (controller/tick.py), exactly as on Slurm.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from slurm_hetsched.core.ports import EnactReport, Observation
 from slurm_hetsched.core.problem import table_rate
 from slurm_hetsched.core.throughput import ThroughputTable
 from slurm_hetsched.errors import HetschedError
+from slurm_hetsched.sim.restart_costs import restart_s_of
 from slurm_hetsched.sim.traces import TraceJob
 
 # Below this many steps a job is done: floating-point residue of steps = rate x seconds.
@@ -48,6 +51,7 @@ class _JobState:
 
     trace: TraceJob
     steps_left: float
+    restart_s: float  # what one move costs this job
     placement: Placement | None = None
     placed_at_s: float = 0.0  # when the current placement began
     overhead_left_s: float = 0.0  # restart overhead still to pay on the current placement
@@ -55,7 +59,9 @@ class _JobState:
     start_s: float | None = None
     end_s: float | None = None
     has_run: bool = False  # has a checkpoint to restart from
-    preemptions: int = 0
+    preemptions: int = 0  # moved, or stopped with work left
+    moves: int = 0  # moved straight to other GPUs (not counting restarts after a stop)
+    restart_gpu_s: float = 0.0  # restart time actually spent x GPUs held meanwhile
     gpu_s: dict[str, float] = field(default_factory=dict)
 
 
@@ -68,7 +74,12 @@ class SimulatedCluster:
         table: steps/s per job class, GPU type and count (a job spread over nodes runs at the
             table's unconsolidated rate where it has one).
         clock: the simulation's clock, shared with the driver.
-        restart_overhead_s: seconds a job spends restarting after it changes GPUs.
+        restart_overhead_s: seconds a job spends restarting after it changes GPUs, for jobs
+            whose cost neither the trace nor `restart_s_by_class` gives.
+        restart_s_by_class: job class -> restart cost in seconds, over the default.
+
+    Raises:
+        SimulationError: a negative or non-finite cost, or duplicate job ids.
     """
 
     def __init__(
@@ -78,14 +89,24 @@ class SimulatedCluster:
         table: ThroughputTable,
         clock: SimClock,
         restart_overhead_s: float = 10.0,
+        restart_s_by_class: Mapping[str, float] | None = None,
     ) -> None:
-        if not (math.isfinite(restart_overhead_s) and restart_overhead_s >= 0):
-            raise SimulationError(f"restart overhead {restart_overhead_s!r}: expected >= 0 s")
+        by_class = dict(restart_s_by_class or {})
+        for name, cost in {"default": restart_overhead_s, **by_class}.items():
+            if not (math.isfinite(cost) and cost >= 0):
+                raise SimulationError(f"restart overhead {cost!r} ({name}): expected >= 0 s")
         self.nodes = tuple(Node(n.name, n.gpus, available=n.available) for n in nodes)
         self.table = table
         self.clock = clock
         self.restart_overhead_s = restart_overhead_s
-        self.jobs = {job.job_id: _JobState(job, float(job.total_steps)) for job in trace}
+        self.jobs = {
+            job.job_id: _JobState(
+                job,
+                float(job.total_steps),
+                restart_s_of(job.restart_s, job.job_class, by_class, restart_overhead_s),
+            )
+            for job in trace
+        }
         if len(self.jobs) != len(trace):
             raise SimulationError("the trace has duplicate job ids")
         self._pending = sorted(
@@ -134,9 +155,12 @@ class SimulatedCluster:
                 continue
             if old is not None:
                 state.preemptions += 1  # moved to other GPUs
+                state.moves += 1
             state.placement = new
             state.placed_at_s = now
-            state.overhead_left_s = self.restart_overhead_s if state.has_run else 0.0
+            # A restart cut short by another move or a stop is not owed twice: the new one
+            # replaces it (the checkpoint it restores from is the same).
+            state.overhead_left_s = state.restart_s if state.has_run else 0.0
             state.rate = self._rate(state.trace, new)
             if state.start_s is None:
                 state.start_s = now
@@ -187,6 +211,7 @@ class SimulatedCluster:
             span = max(0.0, now - begin)
             overhead = min(span, state.overhead_left_s)
             state.overhead_left_s -= overhead
+            state.restart_gpu_s += overhead * placement.num_gpus
             working = span - overhead
             needed = state.steps_left / state.rate
             if working >= needed - 1e-9:
@@ -244,4 +269,5 @@ class SimulatedCluster:
             tardiness_weight=job.tardiness_weight,
             slo_s=job.slo_s,
             allowed_gpus=job.allowed_gpus,
+            restart_s=state.restart_s,
         )

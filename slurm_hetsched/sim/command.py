@@ -34,7 +34,8 @@ class SimulateRequest:
         cluster: "v100=8,p100=16,k80=24", or a node layout file (.toml, etc/devcluster.toml
             format).
         gpus_per_server: servers per type when `cluster` gives counts.
-        settings: round length, restart overhead, reset interval, idle power, seed.
+        settings: round length, restart costs (default and per class), reset interval,
+            idle power, seed, round mechanism options (moves, restart share).
         throughputs: a throughput file; None for the shipped table.
         policy_options: options for every policy (e.g. {"energy_slack": 0.1}).
         json_out: write the results as JSON here ('-' for standard output).
@@ -56,14 +57,16 @@ class SimulateRequest:
     progress: bool = True
 
 
-def run_simulate(request: SimulateRequest, out: TextIO = sys.stdout) -> list[SimResult]:
-    """Run the request; print a summary (one policy) or a comparison table (several).
+def run_simulate(request: SimulateRequest, out: TextIO | None = None) -> list[SimResult]:
+    """Run the request; print a summary (one policy) or a comparison table (several) on `out`
+    (default: the standard output of the moment, looked up now so a redirection is honoured).
 
     Raises:
         ConfigError: an unknown policy, a bad cluster or option, an output that cannot be
             written or plots without matplotlib (these before anything is simulated).
         TraceError: a malformed trace or a job the cluster cannot run.
     """
+    out = sys.stdout if out is None else out
     if not request.policies:
         raise ConfigError("no policy given; name one with --policy or several with --compare")
     for name in request.policies:

@@ -3,7 +3,8 @@
 `generate_trace` draws, from one seed:
 - arrivals: the first job at 0, then exponential gaps with mean `lam_s` (a Poisson process of
   rate 3600 / lam_s jobs per hour), as Gavel's generator does; lam_s = 0 puts every job at 0
-  (a static trace);
+  (a static trace); or, with `bursts`, bursts of jobs separated by quiet periods
+  (sim/arrivals.py);
 - durations: Gavel's Philly-derived mixture, log-uniform in minutes: with probability 0.8
   10^U(1.5, 3) minutes, else 10^U(3, 4) minutes (Gavel's `utils._generate_duration`);
 - GPU counts: "multi" 70% 1, 10% 2, 15% 4, 5% 8 (Gavel's `_generate_scale_factor`), or
@@ -13,7 +14,8 @@
 - steps: duration x steps/s of the class at its GPU count on the reference GPU type (V100 by
   default, as in Gavel's `generate_job`), rounded to a whole number (at least 1);
 - optionally due dates (arrival + U(a, b) x the job's shortest execution time over the GPU
-  types) with tardiness weights, Gavel-style SLOs, priority weights and accounts.
+  types) with tardiness weights, Gavel-style SLOs, priority weights, accounts, and restart
+  costs (one per job class, uniform in a range; sim/restart_costs.py).
 
 Every quantity has its own random stream spawned from the seed, so changing one option (say the
 GPU-count mix) leaves the others' draws (arrivals, durations) unchanged. No I/O here except in
@@ -32,6 +34,8 @@ import numpy as np
 from slurm_hetsched import data_files
 from slurm_hetsched.core.throughput import ThroughputTable
 from slurm_hetsched.errors import ConfigError
+from slurm_hetsched.sim.arrivals import Bursts, bursty_arrivals, poisson_arrivals
+from slurm_hetsched.sim.restart_costs import check_restart_range, draw_restart_costs
 from slurm_hetsched.sim.traces import REFERENCE_GPU_TYPE, Trace, TraceJob, write_trace
 
 GPU_MIXES: Mapping[str, Mapping[int, float]] = {
@@ -54,8 +58,12 @@ PHILLY_DURATIONS = (DurationBand(0.8, 1.5, 3.0), DurationBand(0.2, 3.0, 4.0))
 GAVEL_SLO_FACTORS = (1.2, 2.0, 10.0)
 # Gavel's multi-priority jobs: 20% of the jobs have weight 5.
 GAVEL_WEIGHT_MIX: Mapping[float, float] = {1.0: 0.8, 5.0: 0.2}
-_STREAMS = ("arrival", "gpus", "duration", "class", "due", "tardiness", "slo", "weight", "account")
-_DECIMALS = 3  # arrival and due times are rounded to milliseconds
+# Streams spawned from the seed by position: a new one goes last, so older ones keep their draws.
+_STREAMS = (
+    "arrival", "gpus", "duration", "class", "due", "tardiness", "slo", "weight", "account",
+    "restart",
+)  # fmt: skip
+_DECIMALS = 3  # due times are rounded to milliseconds, as arrivals are
 
 
 def generate_trace(
@@ -65,6 +73,7 @@ def generate_trace(
     table: ThroughputTable,
     rate_per_hour: float | None = None,
     lam_s: float | None = None,
+    bursts: Bursts | None = None,
     mix: str | Mapping[int, float] = "multi",
     durations: Sequence[DurationBand] = PHILLY_DURATIONS,
     reference_gpu_type: str = REFERENCE_GPU_TYPE,
@@ -74,6 +83,7 @@ def generate_trace(
     slo_factors: Sequence[float] | None = None,
     weight_mix: Mapping[float, float] | None = None,
     accounts: Sequence[str] = (),
+    restart_range: tuple[float, float] | None = None,
 ) -> Trace:
     """A seeded synthetic trace (see the module docstring for the distributions).
 
@@ -81,8 +91,10 @@ def generate_trace(
         n_jobs: how many jobs (>= 1); job ids are "0", "1", ... in arrival order.
         seed: the seed; the same arguments and seed give the same trace.
         table: the throughput table classes and steps/s come from.
-        rate_per_hour: mean arrivals per hour (> 0); give this or `lam_s`, not both.
+        rate_per_hour: mean arrivals per hour (> 0); give exactly one of this, `lam_s` and
+            `bursts`.
         lam_s: mean seconds between arrivals (Gavel's `lam`); 0 = every job at time 0.
+        bursts: bursty arrivals instead of Poisson ones (`Bursts`, sim/arrivals.py).
         mix: "multi", "single" or {num_gpus: probability} (probabilities sum to 1).
         durations: the duration mixture; default Gavel's Philly-derived one.
         reference_gpu_type: the type steps are derived on (steps = duration x its steps/s).
@@ -97,6 +109,9 @@ def generate_trace(
         weight_mix: {weight: probability} (Gavel's multi-priority jobs: GAVEL_WEIGHT_MIX);
             None for weight 1.
         accounts: if given, each job's account is drawn uniformly from them.
+        restart_range: (lo, hi) seconds: one restart cost per class of `table`, uniform in
+            [lo, hi], becomes the `restart_s` of every job of that class (published
+            checkpoint-restores: PUBLISHED_RESTART_RANGE_S); None leaves restart_s unset.
 
     Returns:
         The trace, in arrival order.
@@ -107,7 +122,9 @@ def generate_trace(
     """
     if isinstance(n_jobs, bool) or not isinstance(n_jobs, int) or n_jobs < 1:
         raise ConfigError(f"n_jobs is {n_jobs!r}; expected a whole number >= 1")
-    mean_gap_s = _mean_gap_s(rate_per_hour, lam_s)
+    mean_gap_s = _mean_gap_s(rate_per_hour, lam_s, bursts)
+    if restart_range is not None:
+        restart_range = check_restart_range(restart_range, "restart_range")
     gpu_mix = _gpu_mix(mix)
     bands = _bands(durations)
     types_ = tuple(table.gpu_types if gpu_types is None else gpu_types)
@@ -145,9 +162,10 @@ def generate_trace(
             strict=True,
         )
     )
-    gaps = rng["arrival"].exponential(mean_gap_s, n_jobs - 1) if mean_gap_s > 0 else None
-    arrival = np.zeros(n_jobs) if gaps is None else np.concatenate(([0.0], np.cumsum(gaps)))
-    arrival = np.round(arrival, _DECIMALS)  # (n_jobs,) s
+    if bursts is None:
+        arrival = poisson_arrivals(n_jobs, mean_gap_s, rng["arrival"])  # (n_jobs,) s
+    else:
+        arrival, _ = bursty_arrivals(n_jobs, bursts, rng["arrival"])
 
     counts = np.array(sorted(gpu_mix), dtype=np.int64)
     num_gpus = rng["gpus"].choice(counts, size=n_jobs, p=[gpu_mix[int(n)] for n in counts])
@@ -185,6 +203,11 @@ def generate_trace(
         if accounts
         else [""] * n_jobs
     )
+    restart_s = (
+        draw_restart_costs(table.classes, restart_range, rng["restart"])
+        if restart_range is not None
+        else {}
+    )
 
     source = f"generated (seed {seed})"
     return tuple(
@@ -199,6 +222,7 @@ def generate_trace(
             due_s=due_s[i],
             tardiness_weight=float(tardiness[i]),
             slo_s=slo_s[i],
+            restart_s=restart_s.get(job_class[i]),
             source=source,
         )
         for i in range(n_jobs)
@@ -212,6 +236,7 @@ def run_generate(
     seed: int = 0,
     rate_per_hour: float | None = None,
     lam_s: float | None = None,
+    bursts: Bursts | None = None,
     mix: str = "multi",
     fmt: str | None = None,
     throughputs: str | Path | None = None,
@@ -219,6 +244,7 @@ def run_generate(
     gpu_types: Sequence[str] | None = None,
     due_factor: tuple[float, float] | None = None,
     tardiness_weight: tuple[float, float] = (1.0, 1.0),
+    restart_range: tuple[float, float] | None = None,
 ) -> str:
     """`hetsched trace generate`: generate a trace and write it in our JSONL or CSV format.
 
@@ -246,17 +272,25 @@ def run_generate(
         table=table,
         rate_per_hour=rate_per_hour,
         lam_s=lam_s,
+        bursts=bursts,
         mix=mix,
         reference_gpu_type=reference_gpu_type,
         gpu_types=gpu_types,
         due_factor=due_factor,
         tardiness_weight=tardiness_weight,
+        restart_range=restart_range,
     )
     write_trace(output, trace, fmt)
     span_h = trace[-1].arrival_s / 3600
+    kind = "Poisson" if bursts is None else "bursty"
+    costs = (
+        ""
+        if restart_range is None
+        else f", restart costs {restart_range[0]:g}-{restart_range[1]:g} s"
+    )
     return (
         f"wrote {len(trace)} jobs to {output} ({mix} GPU-count mix, seed {seed}, "
-        f"arrivals over {span_h:.1f} h)"
+        f"{kind} arrivals over {span_h:.1f} h{costs})"
     )
 
 
@@ -264,12 +298,15 @@ def run_generate(
 # Parameter checks
 
 
-def _mean_gap_s(rate_per_hour: float | None, lam_s: float | None) -> float:
-    if (rate_per_hour is None) == (lam_s is None):
+def _mean_gap_s(rate_per_hour: float | None, lam_s: float | None, bursts: Bursts | None) -> float:
+    """The Poisson arrivals' mean gap in seconds; 0 (unused) with bursts."""
+    if sum(x is not None for x in (rate_per_hour, lam_s, bursts)) != 1:
         raise ConfigError(
-            "give exactly one of rate_per_hour (jobs per hour, > 0) and lam_s (mean seconds "
-            "between arrivals, >= 0; 0 = all jobs at time 0)"
+            "give exactly one of rate_per_hour (jobs per hour, > 0), lam_s (mean seconds "
+            "between arrivals, >= 0; 0 = all jobs at time 0) and bursts (bursty arrivals)"
         )
+    if bursts is not None:
+        return 0.0
     if rate_per_hour is not None:
         if not (math.isfinite(rate_per_hour) and rate_per_hour > 0):
             raise ConfigError(f"rate_per_hour is {rate_per_hour!r}; expected jobs per hour > 0")

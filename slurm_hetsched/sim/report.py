@@ -44,13 +44,16 @@ def format_summary(result: SimResult) -> str:
         ("cluster", _cluster(result)),
         ("rounds", f"{result.rounds} ({_num(result.round_s, 0)} s each)"),
         ("completed", f"{result.completed}/{len(result.jobs)} jobs"),
-        ("avg JCT", _avg_jct(result.avg_jct_s)),
+        ("avg JCT", _jct(result.avg_jct_s)),
+        ("p99 JCT", _jct(result.p99_jct_s)),
         ("makespan", f"{_num(result.makespan_s / _HOUR_S, 2)} h"),
         ("utilization", f"{_num(100.0 * result.utilization, 1)} %"),
         ("energy", f"{_num(result.energy_kwh, 1)} kWh"),
         ("energy cost", _num(result.energy_cost, 2)),
         ("tardiness cost", _num(result.tardiness_cost, 2)),
         ("preemptions", str(result.preemptions)),
+        ("moves", f"{result.moves} ({_num(result.moves_per_job, 2)} per job)"),
+        ("restart loss", f"{_num(result.restart_gpu_h, 2)} GPU-h"),
         ("wall time", f"{_num(result.wall_s, 1)} s"),
     ]
     width = max(len(name) for name, _ in rows)
@@ -63,12 +66,15 @@ _COLUMNS: tuple[tuple[str, bool], ...] = (
     ("completed", True),
     ("avg JCT (h)", True),
     ("JCT vs first", True),
+    ("p99 JCT (h)", True),
     ("makespan (h)", True),
     ("utilization (%)", True),
     ("energy (kWh)", True),
     ("energy cost", True),
     ("tardiness cost", True),
     ("preemptions", True),
+    ("moves/job", True),
+    ("restart loss (GPU-h)", True),
     ("wall (s)", True),
 )
 
@@ -95,12 +101,15 @@ def _compare_row(result: SimResult, first_jct_s: float) -> list[str]:
         f"{result.completed}/{len(result.jobs)}",
         _num(jct_h, 2),
         _ratio(result.avg_jct_s, first_jct_s),
+        _num(result.p99_jct_s / _HOUR_S, 2),
         _num(result.makespan_s / _HOUR_S, 2),
         _num(100.0 * result.utilization, 1),
         _num(result.energy_kwh, 1),
         _num(result.energy_cost, 2),
         _num(result.tardiness_cost, 2),
         str(result.preemptions),
+        _num(result.moves_per_job, 2),
+        _num(result.restart_gpu_h, 2),
         _num(result.wall_s, 1),
     ]
 
@@ -127,10 +136,10 @@ def _num(value: float, digits: int) -> str:
     return text[1:] if text.startswith("-") and float(text) == 0.0 else text
 
 
-def _avg_jct(avg_jct_s: float) -> str:
-    if math.isnan(avg_jct_s):
+def _jct(jct_s: float) -> str:
+    if math.isnan(jct_s):
         return "- (no job finished)"
-    return f"{_num(avg_jct_s / _HOUR_S, 2)} h ({_num(avg_jct_s, 0)} s)"
+    return f"{_num(jct_s / _HOUR_S, 2)} h ({_num(jct_s, 0)} s)"
 
 
 def _cluster(result: SimResult) -> str:

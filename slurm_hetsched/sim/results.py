@@ -26,11 +26,15 @@ class JobRecord:
         total_steps: steps of the whole job.
         steps_done: steps it ran (== total_steps when finished).
         preemptions: times it was moved to other GPUs or stopped while it still had work.
-        gpu_s: GPU-seconds it held per GPU type (restart overhead included).
+        gpu_s: GPU-seconds it held per GPU type (restart time included).
         energy_kwh: IT energy of its busy GPUs (not the nodes' base or idle power).
         due_s: its due date, or None.
         tardiness_s: seconds its end was after its due date (0 without one, or on time).
         tardiness_cost: tardiness weight x tardiness_s.
+        moves: times it was moved straight to other GPUs (a preemption that is not a stop).
+        restart_s: what one move (or restart after a stop) cost it, in seconds.
+        restart_gpu_s: GPU-seconds lost to restarts: the restart time it actually spent x the
+            GPUs it held meanwhile (a restart cut short by another move counts only in part).
     """
 
     job_id: str
@@ -47,6 +51,9 @@ class JobRecord:
     due_s: float | None = None
     tardiness_s: float = 0.0
     tardiness_cost: float = 0.0
+    moves: int = 0
+    restart_s: float = 0.0
+    restart_gpu_s: float = 0.0
 
     @property
     def jct_s(self) -> float | None:
@@ -70,6 +77,9 @@ class JobRecord:
             "due_s": None if self.due_s is None else _r(self.due_s),
             "tardiness_s": _r(self.tardiness_s),
             "tardiness_cost": _r(self.tardiness_cost, 6),
+            "moves": self.moves,
+            "restart_s": _r(self.restart_s),
+            "restart_gpu_s": _r(self.restart_gpu_s),
         }
 
 
@@ -96,6 +106,7 @@ class SimResult:
         rounds: rounds simulated.
         wall_s: wall-clock seconds the run took (the only non-deterministic figure).
         avg_jct_s: mean completion time of the finished jobs (NaN if none finished).
+        p99_jct_s: their 99th percentile (numpy's linear interpolation; NaN if none).
         makespan_s: time the last job finished (or the run stopped).
         utilization: busy GPU-seconds / (GPUs x makespan).
         energy_kwh: IT energy of the whole cluster over the makespan (busy and idle GPUs,
@@ -104,6 +115,8 @@ class SimResult:
         tardiness_cost: sum of the jobs' tardiness costs.
         preemptions: sum of the jobs' preemptions.
         completed: jobs finished.
+        moves: sum of the jobs' moves (`moves_per_job` divides by the trace's jobs).
+        restart_gpu_h: GPU-hours lost to restarts, over all jobs (their restart_gpu_s / 3600).
     """
 
     policy: str
@@ -123,6 +136,14 @@ class SimResult:
     tardiness_cost: float
     preemptions: int
     completed: int
+    p99_jct_s: float
+    moves: int
+    restart_gpu_h: float
+
+    @property
+    def moves_per_job(self) -> float:
+        """Moves over the trace's jobs (0 for an empty run)."""
+        return self.moves / len(self.jobs) if self.jobs else 0.0
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -132,12 +153,16 @@ class SimResult:
             "round_s": self.round_s,
             "seed": self.seed,
             "avg_jct_s": None if math.isnan(self.avg_jct_s) else _r(self.avg_jct_s),
+            "p99_jct_s": None if math.isnan(self.p99_jct_s) else _r(self.p99_jct_s),
             "makespan_s": _r(self.makespan_s),
             "utilization": _r(self.utilization, 4),
             "energy_kwh": _r(self.energy_kwh, 3),
             "energy_cost": _r(self.energy_cost, 3),
             "tardiness_cost": _r(self.tardiness_cost, 3),
             "preemptions": self.preemptions,
+            "moves": self.moves,
+            "moves_per_job": _r(self.moves_per_job, 4),
+            "restart_gpu_h": _r(self.restart_gpu_h, 4),
             "completed": self.completed,
             "rounds": self.rounds,
             "wall_s": _r(self.wall_s, 3),

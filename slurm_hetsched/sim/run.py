@@ -30,6 +30,7 @@ from slurm_hetsched.core.policies.base import Policy
 from slurm_hetsched.core.problem import SiteData
 from slurm_hetsched.sim.cluster import SimClock, SimulatedCluster, SimulationError
 from slurm_hetsched.sim.layout import gpu_counts
+from slurm_hetsched.sim.restart_costs import check_restart_costs
 from slurm_hetsched.sim.results import BusySample, JobRecord, SimResult
 from slurm_hetsched.sim.traces import TraceJob, validate_trace
 from slurm_hetsched.store.memory import MemoryStore
@@ -48,18 +49,24 @@ class SimSettings:
 
     Attributes:
         round_s: the round length (Gavel's simulator: 360 s).
-        restart_overhead_s: seconds a job restarting on other GPUs makes no progress.
+        restart_overhead_s: seconds a job restarting on other GPUs makes no progress, for a
+            job whose cost neither the trace (`TraceJob.restart_s`) nor `restart_s_by_class`
+            gives; also the round mechanism's default (`RoundOptions.restart_s`).
+        restart_s_by_class: job class -> restart cost in seconds, over `restart_overhead_s`
+            and under a trace job's own (`--restart-costs`; classes of the throughput table).
         min_reset_interval_s: the mechanism's minimum time between resets of received time.
         idle_nodes_on: count nodes without a busy GPU at their idle power (a powered
             cluster); False takes them as powered down (ANDREAS's assumption).
         seed: recorded in the result (random policies take it as an option); also seeds the
             round mechanism's shuffled type order (agnostic policies).
-        round_options: the round mechanism's queue and work conservation (docs/mechanism.md),
-            as the live controller would be configured; its seed is replaced by `seed`.
+        round_options: the round mechanism's queue, work conservation and moves
+            (docs/mechanism.md), as the live controller would be configured; its seed is
+            replaced by `seed` and its restart_s by `restart_overhead_s`.
     """
 
     round_s: float = 360.0
     restart_overhead_s: float = 10.0
+    restart_s_by_class: Mapping[str, float] = field(default_factory=dict)
     min_reset_interval_s: float = GAVEL_MIN_RESET_INTERVAL_S
     idle_nodes_on: bool = True
     seed: int = 0
@@ -87,15 +94,22 @@ def simulate(
 
     Raises:
         TraceError: a job the throughput table cannot run on this cluster (all named).
+        ConfigError: a class of `settings.restart_s_by_class` the table does not have, or a
+            cost that is not from 0 to a day.
         SimulationError: the policy leaves jobs waiting forever on an idle cluster.
         InvalidProblemError, SolverError: from the policy.
     """
     settings = settings or SimSettings()
     counts = gpu_counts(tuple(nodes))
     validate_trace(trace, site.table, tuple(counts), capacity=counts)
+    by_class = check_restart_costs(
+        settings.restart_s_by_class, "restart costs by class (--restart-costs)", site.table.classes
+    )
     started = time.perf_counter()
     clock = SimClock()
-    cluster = SimulatedCluster(trace, nodes, site.table, clock, settings.restart_overhead_s)
+    cluster = SimulatedCluster(
+        trace, nodes, site.table, clock, settings.restart_overhead_s, by_class
+    )
     store = MemoryStore()
     tick = Tick(
         policy,
@@ -105,7 +119,11 @@ def simulate(
         TickSettings(
             settings.round_s,
             settings.min_reset_interval_s,
-            dataclasses.replace(settings.round_options, seed=settings.seed),
+            dataclasses.replace(
+                settings.round_options,
+                seed=settings.seed,
+                restart_s=settings.restart_overhead_s,
+            ),
         ),
     )
     run = _Run()
@@ -172,6 +190,9 @@ def _result(
             total_steps=float(job.total_steps),
             steps_done=float(job.total_steps) - states[job.job_id].steps_left,
             preemptions=states[job.job_id].preemptions,
+            moves=states[job.job_id].moves,
+            restart_s=states[job.job_id].restart_s,
+            restart_gpu_s=states[job.job_id].restart_gpu_s,
             gpu_s=dict(states[job.job_id].gpu_s),
             energy_kwh=per_job.get(job.job_id, 0.0) if model else math.nan,
             due_s=job.due_s,
@@ -201,6 +222,7 @@ def _result(
         rounds=run.rounds,
         wall_s=time.perf_counter() - started,
         avg_jct_s=float(np.mean(jcts)) if jcts else math.nan,
+        p99_jct_s=float(np.percentile(jcts, 99)) if jcts else math.nan,
         makespan_s=makespan,
         utilization=busy_gpu_s / (total_gpus * makespan) if makespan > 0 else 0.0,
         energy_kwh=energy,
@@ -208,6 +230,8 @@ def _result(
         tardiness_cost=float(late_cost.sum()),
         preemptions=sum(r.preemptions for r in records),
         completed=len(jcts),
+        moves=sum(r.moves for r in records),
+        restart_gpu_h=sum(r.restart_gpu_s for r in records) / 3600.0,
     )
 
 

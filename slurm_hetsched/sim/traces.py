@@ -28,6 +28,7 @@ from typing import Any
 from slurm_hetsched.core.model import Job
 from slurm_hetsched.core.throughput import ThroughputTable
 from slurm_hetsched.errors import TraceError
+from slurm_hetsched.sim.restart_costs import MAX_RESTART_S, is_restart_s
 
 GAVEL, JSONL, CSV = "gavel", "jsonl", "csv"
 FORMATS = (GAVEL, JSONL, CSV)
@@ -59,6 +60,7 @@ KEYS = (
     "tardiness_weight",
     "slo_s",
     "allowed_gpus",
+    "restart_s",
 )
 REQUIRED_KEYS = ("arrival_s", "class", "steps")
 # Reference GPU type for Gavel's SLO field (a multiple of the job's duration there), the same
@@ -85,6 +87,8 @@ class TraceJob:
         slo_s: completion-time objective, seconds from arrival, or None.
         allowed_gpus: GPU counts the job may run with, ascending, starting at num_gpus (a
             placement policy such as ANDREAS chooses); () = num_gpus only.
+        restart_s: what one move costs the job (seconds without progress, 0 to a day), or
+            None for the simulation's default (sim/restart_costs.py). Gavel's format has none.
         source: the file (or other origin) the job came from, for messages only.
         line: its line in `source` (1-based), or None; for messages only.
     """
@@ -100,6 +104,7 @@ class TraceJob:
     tardiness_weight: float = 0.0
     slo_s: float | None = None
     allowed_gpus: tuple[int, ...] = ()
+    restart_s: float | None = None
     source: str = field(default="", compare=False)
     line: int | None = field(default=None, compare=False)
 
@@ -121,6 +126,8 @@ class TraceJob:
             (not self.allowed_gpus or (self.allowed_gpus[0] == self.num_gpus
              and list(self.allowed_gpus) == sorted(set(self.allowed_gpus))), "allowed_gpus",
              list(self.allowed_gpus), f"distinct ascending counts from num_gpus ({self.num_gpus})"),
+            (self.restart_s is None or is_restart_s(self.restart_s), "restart_s", self.restart_s,
+             f"none or seconds from 0 to {MAX_RESTART_S:.0f} (a day)"),
         )  # fmt: skip
         for ok, key, value, expected in checks:
             if not ok:
@@ -149,6 +156,7 @@ class TraceJob:
             tardiness_weight=self.tardiness_weight,
             slo_s=self.slo_s,
             allowed_gpus=self.allowed_gpus,
+            restart_s=self.restart_s,
         )
 
 
@@ -317,7 +325,8 @@ def parse_jsonl(text: str, *, source: str = "<string>") -> Trace:
 
     Required: arrival_s, class, steps. Optional: id (default: the job's 0-based position),
     num_gpus (1, or the smallest of allowed_gpus), weight (1), account (""), due_s,
-    tardiness_weight (0), slo_s, allowed_gpus (a list of GPU counts); null means the default.
+    tardiness_weight (0), slo_s, allowed_gpus (a list of GPU counts), restart_s (seconds one
+    move costs the job; none: the simulation's default); null means the default.
     Unknown keys are rejected.
 
     Raises:
@@ -611,6 +620,7 @@ def _record_job(
         tardiness_weight=0.0 if tardiness is None else tardiness,
         slo_s=optional("slo_s"),
         allowed_gpus=allowed,
+        restart_s=optional("restart_s"),
         source=source,
         line=lineno,
     )
@@ -647,6 +657,7 @@ def _record(job: TraceJob) -> dict[str, Any]:
         "tardiness_weight": job.tardiness_weight,
         "slo_s": job.slo_s,
         "allowed_gpus": list(job.allowed_gpus) if job.allowed_gpus else None,
+        "restart_s": job.restart_s,
     }
 
 

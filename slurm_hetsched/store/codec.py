@@ -80,6 +80,7 @@ def state_to_json(s: RoundState) -> dict[str, Any]:
         "placements": _placements_to_json(s.placements),
         "last_reset_s": s.last_reset_s,
         "reset_pending": s.reset_pending,
+        "placed_at_s": dict(s.placed_at_s),
     }
 
 
@@ -95,6 +96,9 @@ def state_from_json(d: Mapping[str, Any]) -> RoundState:
         placements=_placements_from_json(d["placements"]),
         last_reset_s=d["last_reset_s"],
         reset_pending=bool(d["reset_pending"]),
+        # Absent in rounds recorded before moves were amortized: their placements count as
+        # begun at the last round's start, the shortest residence they can have had.
+        placed_at_s={str(j): float(t) for j, t in (d.get("placed_at_s") or {}).items()},
     )
 
 
@@ -108,6 +112,7 @@ def plan_to_json(p: RoundPlan) -> dict[str, Any]:
         "priority": dict(p.priority),
         "reset": p.reset,
         "set_aside": dict(p.set_aside),
+        "held": dict(p.held),
     }
 
 
@@ -121,6 +126,7 @@ def plan_from_json(d: Mapping[str, Any]) -> RoundPlan:
         priority={k: float(v) for k, v in d["priority"].items()},
         reset=bool(d["reset"]),
         set_aside={str(k): str(v) for k, v in (d.get("set_aside") or {}).items()},
+        held={str(k): str(v) for k, v in (d.get("held") or {}).items()},
     )
 
 
@@ -187,6 +193,7 @@ def snapshot_to_json(s: ClusterSnapshot) -> dict[str, Any]:
                 "slurm_job_ids": list(j.slurm_job_ids),
                 "allowed_gpus": list(j.allowed_gpus),
                 "measured_steps_per_s": dict(j.measured_steps_per_s),
+                "restart_s": j.restart_s,
             }
             for j in s.jobs
         ],

@@ -8,6 +8,7 @@ hetsched cannot know what the newer tables mean.
 
 Version 1 was released twice: first without `job_keys` and `set_aside` (they were added later
 with CREATE IF NOT EXISTS and no version bump), so migration 2 creates them if missing.
+Version 3 adds the jobs' restart costs (`restart_samples`, `restart_moves`).
 """
 
 from __future__ import annotations
@@ -78,8 +79,29 @@ _V2 = (
 )""",
 )
 
+_V3 = (
+    # Each job's measured restarts (controller/restart_cost.py): the last few samples and how
+    # many were measured in all.
+    """CREATE TABLE IF NOT EXISTS restart_samples (
+    job       TEXT PRIMARY KEY,  -- the job's identity (key, or key#copy)
+    samples   TEXT NOT NULL,     -- JSON list of seconds, oldest first
+    measured  INTEGER NOT NULL
+)""",
+    # The last move of each job whose restart is not measured yet
+    # (controller/restart_watch.py): the run it released and the controller's times.
+    """CREATE TABLE IF NOT EXISTS restart_moves (
+    job            TEXT PRIMARY KEY,
+    round          INTEGER NOT NULL,
+    job_id         TEXT NOT NULL,   -- the Slurm job id of the run released
+    restart_count  INTEGER NOT NULL,
+    signal_s       REAL NOT NULL,   -- Unix seconds, the controller's clock
+    release_s      REAL NOT NULL,
+    ack_step       INTEGER          -- NULL: no ack
+)""",
+)
+
 # (version, statements that take a file of version - 1 to it), oldest first.
-MIGRATIONS: tuple[tuple[int, tuple[str, ...]], ...] = ((1, _V1), (2, _V2))
+MIGRATIONS: tuple[tuple[int, tuple[str, ...]], ...] = ((1, _V1), (2, _V2), (3, _V3))
 SCHEMA_VERSION = MIGRATIONS[-1][0]
 
 

@@ -31,6 +31,7 @@ logger = logging.getLogger(__name__)
 
 _KEY_COLUMNS = ("key", "uid", "user", "job_id", "submit_s", "bound_s", "ended_s")
 _ASIDE_COLUMNS = ("job", "comment", "reason", "round")
+_MOVE_COLUMNS = ("job", "round", "job_id", "restart_count", "signal_s", "release_s", "ack_step")
 
 
 @dataclass(frozen=True, slots=True)
@@ -162,6 +163,31 @@ class SqliteStore:
     def save_set_aside(self, rows: Iterable[Mapping[str, Any]]) -> None:
         """Replace the jobs set aside (one transaction)."""
         self._replace_table("set_aside", _ASIDE_COLUMNS, rows)
+
+    # -- restart costs -------------------------------------------------------------------------
+
+    def restart_samples(self) -> dict[str, tuple[list[float], int]]:
+        """Job identity -> (its last measured restarts in seconds, oldest first; how many were
+        measured in all)."""
+        rows = self._db.execute("SELECT job, samples, measured FROM restart_samples").fetchall()
+        return {job: ([float(v) for v in json.loads(samples)], int(n)) for job, samples, n in rows}
+
+    def save_restart_samples(self, samples: Mapping[str, tuple[list[float], int]]) -> None:
+        """Replace every job's measured restarts (one transaction)."""
+        rows = (
+            {"job": job, "samples": json.dumps(list(recent)), "measured": measured}
+            for job, (recent, measured) in samples.items()
+        )
+        self._replace_table("restart_samples", ("job", "samples", "measured"), rows)
+
+    def restart_moves(self) -> list[dict[str, Any]]:
+        """The moves whose restart is not measured yet, as rows of the `restart_moves` table."""
+        rows = self._db.execute(f"SELECT {', '.join(_MOVE_COLUMNS)} FROM restart_moves").fetchall()
+        return [dict(zip(_MOVE_COLUMNS, row, strict=True)) for row in rows]
+
+    def save_restart_moves(self, rows: Iterable[Mapping[str, Any]]) -> None:
+        """Replace the moves whose restart is not measured yet (one transaction)."""
+        self._replace_table("restart_moves", _MOVE_COLUMNS, rows)
 
     def _replace_table(
         self, table: str, columns: tuple[str, ...], rows: Iterable[Mapping[str, Any]]

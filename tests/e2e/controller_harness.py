@@ -39,7 +39,12 @@ class LiveController:
         resubmit_environment: dict[str, str] | None = None,
         ack_timeout_s: float = 30.0,
         requeue_timeout_s: float = 60.0,
+        moves: str = "plain",
+        restart_s: float | None = None,
     ) -> None:
+        """`moves` is "plain" unless a test asks otherwise: the move-protocol tests need a
+        job checkpointed within a few short rounds, which amortized moves (the product's
+        default, tested on their own in test_amortized_moves.py) would rightly not do."""
         self.folder = folder
         self.store_path = folder / "rounds.sqlite"
         self.config = folder / "hetsched.toml"
@@ -66,6 +71,9 @@ class LiveController:
         ]
         if throughputs is not None:
             lines += ["[site]", f"throughputs = {json.dumps(str(throughputs))}"]
+        lines += ["[moves]", f"mechanism = {json.dumps(moves)}"]
+        if restart_s is not None:
+            lines.append(f"restart_s = {restart_s}")
         self.config.write_text("\n".join(lines) + "\n")
 
     def argv(self, *extra: str) -> list[str]:

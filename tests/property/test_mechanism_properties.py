@@ -15,7 +15,7 @@ import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from slurm_hetsched.core.mechanism import plan_round, record_round
+from slurm_hetsched.core.mechanism import RoundOptions, plan_round, record_round
 from slurm_hetsched.core.model import (
     Allocation,
     ClusterSnapshot,
@@ -37,6 +37,7 @@ class Case:
     rounds: list[tuple[Node, ...]]  # the nodes as observed at each round
     ran_fraction: list[float]  # how much of the round each placed job runs (record_round)
     min_reset_interval_s: float
+    options: RoundOptions  # plain, or amortized with restarts that often hold jobs
 
 
 @st.composite
@@ -75,6 +76,11 @@ def cases(draw: st.DrawFn) -> Case:
         rounds=[draw(nodes_for_round(layout)) for _ in range(n_rounds)],
         ran_fraction=[draw(st.sampled_from([1.0, 1.0, 0.5, 0.0])) for _ in range(n_rounds)],
         min_reset_interval_s=draw(st.sampled_from([0.0, 720.0, 1920.0])),
+        options=draw(
+            st.sampled_from(
+                [RoundOptions(moves="plain"), RoundOptions(), RoundOptions(restart_s=600.0)]
+            )
+        ),
     )
 
 
@@ -90,7 +96,12 @@ def run(case: Case) -> list[tuple[RoundPlan, ClusterSnapshot, RoundState]]:
     for r in range(len(case.rounds)):
         snap = snapshot(case, r)
         plan, after = plan_round(
-            case.allocation, state, snap, ROUND_S, min_reset_interval_s=case.min_reset_interval_s
+            case.allocation,
+            state,
+            snap,
+            ROUND_S,
+            min_reset_interval_s=case.min_reset_interval_s,
+            options=case.options,
         )
         history.append((plan, snap, state))
         ran = ROUND_S * case.ran_fraction[r]
@@ -207,7 +218,12 @@ def test_deterministic_and_independent_of_node_and_job_order(
     history = run(case)
     plan, snap, before = history[-1]
     again, _ = plan_round(
-        case.allocation, before, snap, ROUND_S, min_reset_interval_s=case.min_reset_interval_s
+        case.allocation,
+        before,
+        snap,
+        ROUND_S,
+        min_reset_interval_s=case.min_reset_interval_s,
+        options=case.options,
     )
     assert again == plan
     alloc = case.allocation
@@ -226,5 +242,58 @@ def test_deterministic_and_independent_of_node_and_job_order(
         ClusterSnapshot(snap.now_s, tuple(nodes), tuple(jobs)),
         ROUND_S,
         min_reset_interval_s=case.min_reset_interval_s,
+        options=case.options,
     )
     assert reordered == plan
+
+
+@st.composite
+def fixed_allocations(draw: st.DrawFn) -> tuple[Allocation, dict[str, int], tuple[Node, ...]]:
+    """An allocation, job sizes and nodes that stay the same round after round."""
+    types = TYPES[: draw(st.integers(1, len(TYPES)))]
+    nodes = tuple(
+        Node(f"n{i}", {t: draw(st.sampled_from([1, 2, 4])) for t in node_types})
+        for i, node_types in enumerate(
+            draw(
+                st.lists(
+                    st.lists(st.sampled_from(types), min_size=1, max_size=2, unique=True),
+                    min_size=1,
+                    max_size=3,
+                )
+            )
+        )
+    )
+    job_ids = tuple(f"j{m}" for m in range(draw(st.integers(1, 8))))
+    sizes = {j: draw(st.sampled_from([1, 1, 1, 2, 4])) for j in job_ids}
+    fraction = st.one_of(st.sampled_from([0.0, 0.5, 1.0]), st.floats(0.01, 1.0))
+    x = np.array([[draw(fraction) for _ in types] for _ in job_ids])
+    return Allocation(job_ids, types, x, 0.0, 0.0, "random"), sizes, nodes
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    fixed_allocations(),
+    st.lists(st.sampled_from([0.0, 10.0, 60.0, 250.0, 900.0]), min_size=8, max_size=8),
+    st.sampled_from([60.0, 360.0]),
+)
+def test_amortized_moves_never_interrupt_more_jobs_than_the_plain_mechanism(
+    fixed: tuple[Allocation, dict[str, int], tuple[Node, ...]],
+    restart_s: list[float],
+    round_s: float,
+) -> None:
+    """Over 40 rounds of one allocation, the moves and stops of running jobs (each a restart)
+    under amortized moves are never more than under the plain mechanism."""
+    allocation, sizes, nodes = fixed
+    jobs = tuple(
+        Job(j, "A3C", num_gpus=g, restart_s=restart_s[m]) for m, (j, g) in enumerate(sizes.items())
+    )
+    counts = {}
+    for options in (RoundOptions(moves="plain"), RoundOptions()):
+        state = RoundState.initial(allocation.gpu_types)
+        counts[options.moves] = 0
+        for r in range(40):
+            snap = ClusterSnapshot(r * round_s, nodes, jobs)
+            plan, state = plan_round(allocation, state, snap, round_s, options=options)
+            counts[options.moves] += len(plan.move) + len(plan.stop)
+            state = record_round(state, dict.fromkeys(plan.placements, round_s))
+    assert counts["amortized"] <= counts["plain"], counts

@@ -43,7 +43,8 @@ def job(job_id: str, arrival_s: float, end_s: float | None) -> JobRecord:
     )
 
 
-# JCTs 1 h, 3 h and 2 h; job "d" never finishes. Average of the finished: 2 h.
+# JCTs 1 h, 3 h and 2 h; job "d" never finishes. Average of the finished: 2 h; their 99th
+# percentile 2 + 0.98 x (3 - 2) = 2.98 h.
 JOBS = (
     job("a", 0.0, 1 * H),
     job("b", 600.0, 600.0 + 3 * H),
@@ -73,6 +74,9 @@ FAIR = SimResult(
     tardiness_cost=0.0,
     preemptions=5,
     completed=3,
+    p99_jct_s=2.98 * H,
+    moves=3,  # 0.75 per job of the 4
+    restart_gpu_h=1.234,
 )
 # A second policy: 1.5x the first's average JCT, larger figures (wider cells).
 FIFO = replace(
@@ -93,6 +97,7 @@ NONE_DONE = replace(
     policy="starve",
     jobs=tuple(replace(j, end_s=None) for j in JOBS),
     avg_jct_s=math.nan,
+    p99_jct_s=math.nan,
     completed=0,
 )
 
@@ -123,12 +128,15 @@ def test_table_has_one_row_per_policy_with_rounded_values() -> None:
         "completed",
         "avg JCT (h)",
         "JCT vs first",
+        "p99 JCT (h)",
         "makespan (h)",
         "utilization (%)",
         "energy (kWh)",
         "energy cost",
         "tardiness cost",
         "preemptions",
+        "moves/job",
+        "restart loss (GPU-h)",
         "wall (s)",
     ]
     assert [r["policy"] for r in rows] == ["max_min_fairness_perf", "fifo"]
@@ -137,12 +145,15 @@ def test_table_has_one_row_per_policy_with_rounded_values() -> None:
         "completed": "3/4",
         "avg JCT (h)": "2.00",
         "JCT vs first": "1.00x",
+        "p99 JCT (h)": "2.98",
         "makespan (h)": "3.43",
         "utilization (%)": "87.7",
         "energy (kWh)": "123.5",
         "energy cost": "7.89",
         "tardiness cost": "0.00",
         "preemptions": "5",
+        "moves/job": "0.75",
+        "restart loss (GPU-h)": "1.23",
         "wall (s)": "1.3",
     }
     assert rows[1]["avg JCT (h)"] == "3.00"
@@ -174,6 +185,7 @@ def test_table_shows_dash_for_nan_avg_jct_and_its_ratio() -> None:
     assert rows[1]["completed"] == "0/4"
     assert rows[1]["avg JCT (h)"] == "-"
     assert rows[1]["JCT vs first"] == "-"
+    assert rows[1]["p99 JCT (h)"] == "-"
     assert "nan" not in format_compare_table([FAIR, NONE_DONE]).lower()
 
 
@@ -203,12 +215,15 @@ def test_summary_lists_the_runs_figures() -> None:
         "rounds": "37 (360 s each)",
         "completed": "3/4 jobs",
         "avg JCT": "2.00 h (7200 s)",
+        "p99 JCT": "2.98 h (10728 s)",
         "makespan": "3.43 h",
         "utilization": "87.7 %",
         "energy": "123.5 kWh",
         "energy cost": "7.89",
         "tardiness cost": "0.00",
         "preemptions": "5",
+        "moves": "3 (0.75 per job)",
+        "restart loss": "1.23 GPU-h",
         "wall time": "1.3 s",
     }
     # Values start in one column.
@@ -222,6 +237,7 @@ def test_summary_lists_the_runs_figures() -> None:
 def test_summary_without_finished_jobs_says_so() -> None:
     fields = summary_fields(format_summary(NONE_DONE))
     assert fields["avg JCT"] == "- (no job finished)"
+    assert fields["p99 JCT"] == "- (no job finished)"
     assert fields["completed"] == "0/4 jobs"
 
 

@@ -156,9 +156,7 @@ def test_energy_counts_busy_and_idle_power_of_the_whole_cluster() -> None:
     watts_k80_node = site.node_base_w + gpu["k80"].idle_w  # type: ignore[operator]
     expected_kwh = (watts_v100_node + watts_k80_node) * 900.0 / 3.6e6
     assert result.energy_kwh == pytest.approx(expected_kwh)
-    assert result.energy_cost == pytest.approx(
-        expected_kwh * site.pue * site.electricity_per_kwh
-    )
+    assert result.energy_cost == pytest.approx(expected_kwh * site.pue * site.electricity_per_kwh)
 
 
 def test_tardiness_is_weight_times_lateness() -> None:

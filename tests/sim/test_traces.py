@@ -433,6 +433,7 @@ def trace_jobs(draw: st.DrawFn) -> tuple[TraceJob, ...]:
                 tardiness_weight=draw(finite),
                 slo_s=draw(st.none() | finite.filter(lambda s: s > 0)),
                 allowed_gpus=(num_gpus, *sorted(extra)) if extra else (),
+                restart_s=draw(st.none() | st.floats(0, 86_400, allow_nan=False)),
             )
         )
     return tuple(jobs)
@@ -481,8 +482,8 @@ def test_allowed_gpus_round_trip_in_both_formats(tmp_path: Path) -> None:
     assert '"allowed_gpus": [1, 2, 4]' in jsonl.splitlines()[0]
     assert '"allowed_gpus": null' in jsonl.splitlines()[1]
     csv_text = format_trace(trace, "csv")
-    assert csv_text.splitlines()[1].endswith(",1;2;4")
-    assert csv_text.splitlines()[2].endswith(",")
+    assert csv_text.splitlines()[1].endswith(",1;2;4,")  # restart_s last, empty
+    assert csv_text.splitlines()[2].endswith(",,")
     for suffix in (".jsonl", ".csv"):
         write_trace(tmp_path / f"t{suffix}", trace)
         back = read_trace(tmp_path / f"t{suffix}")

@@ -32,7 +32,10 @@ _FRACTION = r"(1|\.\d\d)"
 _SHARE = rf"(-|{_TYPE}:{_FRACTION}(,{_TYPE}:{_FRACTION})*)"
 _PRIORITY = r"(-|\d[\d.e+-]*)"
 _TYPES = rf"(\?|{_TYPE}(\+{_TYPE})*)"
-REASON = re.compile(rf"(started|kept|queued|stopped:queued|moved:{_TYPES}->{_TYPES}|failed:\S+)")
+REASON = re.compile(
+    rf"(started|kept|kept:(residence|finishing|no-gain)|queued|stopped:queued"
+    rf"|moved:{_TYPES}->{_TYPES}|failed:\S+)"
+)
 MANAGED = re.compile(
     rf"{PREFIX} r=\d+ {_TARGET} share={_SHARE} prio={_PRIORITY} (?P<reason>\S+)", re.ASCII
 )
@@ -74,11 +77,11 @@ def test_the_code_writes_what_the_pattern_describes() -> None:
     assert NOT_MANAGED.fullmatch(format_rejected_comment("unknown key 'x';\n  valid: a"))
 
 
-def reason_of(**outcome: object) -> str:
+def reason_of(held: dict[str, str] | None = None, **outcome: object) -> str:
     fields: dict[str, object] = {"failed": {}, "moved": [], "resubmitted": {}, "started": []}
     fields |= {"stopped": [], "kept": [], "previous_type": {}} | outcome
     placements = {"j": Placement("j", (GpuSlice("n1", "v100", 2),))}
-    return str(live._reason("j", SimpleNamespace(**fields), placements, None))  # type: ignore[arg-type]
+    return str(live._reason("j", SimpleNamespace(**fields), placements, None, held or {}))  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize(
@@ -96,6 +99,16 @@ def reason_of(**outcome: object) -> str:
 )
 def test_every_reason_the_controller_gives_fits_the_pattern(outcome: dict[str, object]) -> None:
     assert REASON.fullmatch(reason_of(**outcome))
+
+
+@pytest.mark.parametrize(
+    "why", ["residence: stayed 60 of 270 s", "finishing: done in 5 s", "no gain: a 30 s restart"]
+)
+def test_a_job_kept_by_amortized_moves_shows_the_rule_only(why: str) -> None:
+    """The figures change every round; the comment (rewritten only when its stable part
+    changes) carries the rule's name."""
+    reason = reason_of(held={"j": why}, kept=["j"])
+    assert REASON.fullmatch(reason) and reason == "kept:" + why.split(":")[0].replace(" ", "-")
 
 
 def test_the_docs_show_admin_comments() -> None:

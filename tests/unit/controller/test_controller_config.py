@@ -86,6 +86,10 @@ def test_the_commented_examples_of_the_shipped_file_load(tmp_path: Path) -> None
     assert config.metrics_port == 9877
     assert config.throughputs == Path("/etc/hetsched/throughputs.json")
     assert dict(config.resubmit_environment) == {"HETSCHED_PYTHON": "/opt/venvs/train/bin/python"}
+    assert dict(config.restart_s_by_class) == {
+        "ResNet-50 (batch size 64)": 60.0,
+        "Transformer (batch size 64)": 45.0,
+    }
 
 
 def test_the_dev_cluster_config_loads_with_paths_under_the_checkout() -> None:
@@ -260,6 +264,35 @@ def test_the_older_single_partition_key_is_a_one_name_list(tmp_path: Path) -> No
             "[controller]\npolicy = 'fifo'\npolicy_options = { energy_slack = 0.1 }\n",
             ["controller.policy_options", "energy_slack"],
         ),
+        ("[moves]\nmechanism = 'lazy'\n", ["moves.mechanism", "amortized, plain", "'lazy'"]),
+        ("[moves]\nrestart_share = 0\n", ["moves.restart_share", "> 0"]),
+        ("[moves]\nrestart_share = 1.5\n", ["moves.restart_share", "(0, 1]", "1.5"]),
+        ("[moves]\nrestart_s = -1\n", ["moves.restart_s", ">= 0", "-1"]),
+        ("[moves]\nrestart_s = nan\n", ["moves.restart_s", "nan"]),
+        ("[moves]\nmax_restart_s = 0\n", ["moves.max_restart_s", "> 0"]),
+        (
+            "[moves]\nrestart_s = 1000\n",
+            ["moves.restart_s: 1000 s is above moves.max_restart_s (900 s)"],
+        ),
+        (
+            "[moves]\nmax_restart_s = 20\n",
+            ["moves.restart_s: 30 s is above moves.max_restart_s (20 s)"],
+        ),
+        ("[moves]\nrestart_s_by_class = 5\n", ["moves.restart_s_by_class", "job class = seconds"]),
+        (
+            "[moves]\nrestart_s_by_class = { A3C = 'slow' }\n",
+            ["moves.restart_s_by_class", "'A3C'", "'slow'"],
+        ),
+        (
+            "[moves]\nrestart_s_by_class = { A3C = true }\n",
+            ["moves.restart_s_by_class", "'A3C'", "True"],
+        ),
+        (
+            "[moves.restart_s_by_class]\nA3C = 1000\n",
+            ["moves.restart_s_by_class: 'A3C' = 1000 s is above moves.max_restart_s (900 s)"],
+        ),
+        ("[moves]\nrestart_s_by_class = { '' = 10 }\n", ["moves.restart_s_by_class", "1 to 128"]),
+        ("[moves]\nrestart = 10\n", ["unknown key moves.restart", "did you mean restart_s"]),
         ("round_s = 30\n", ["round_s is outside any section", "[controller]"]),
         ("controller = 5\n", ["controller must be a [controller] table"]),
         ("[controller]\nround_s = \n", ["not valid TOML", "line 2"]),
@@ -376,3 +409,33 @@ def test_round_mechanism_keys_reach_the_tick(tmp_path: Path) -> None:
     path.write_text('[controller]\nround_queue = "fastest"\n')
     with pytest.raises(ConfigError, match=r"controller\.round_queue.*per_type, global"):
         load_config(path)
+
+
+def test_the_moves_keys_reach_the_round_mechanism_and_the_restart_costs(tmp_path: Path) -> None:
+    path = write(
+        tmp_path,
+        '[moves]\nmechanism = "plain"\nrestart_share = 0.25\nrestart_s = 12.5\n'
+        "max_restart_s = 300\n"
+        '[moves.restart_s_by_class]\n"ResNet-50 (batch size 64)" = 40\nA3C = 0\n',
+    )
+    config = load_config(path)
+    options = config.tick_settings().round_options
+    assert (options.moves, options.restart_s, options.restart_share) == ("plain", 12.5, 0.25)
+    restarts = config.restart_settings()
+    assert (restarts.default_s, restarts.max_s) == (12.5, 300.0)
+    assert dict(restarts.by_class) == {"ResNet-50 (batch size 64)": 40.0, "A3C": 0.0}
+    assert service_settings(config).restarts == restarts
+
+
+def test_the_default_moves_are_amortized_at_the_mechanisms_defaults() -> None:
+    options = ControllerConfig().tick_settings().round_options
+    assert (options.moves, options.restart_s, options.restart_share) == ("amortized", 30.0, 0.1)
+    assert ControllerConfig().restart_settings().max_s == 900.0
+
+
+def test_restart_costs_of_classes_the_table_does_not_know_are_logged(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    path = write(tmp_path, '[moves]\nrestart_s_by_class = { "ResNet-5O" = 40, A3C = 10 }\n')
+    service_settings(load_config(path))
+    assert "'ResNet-5O'" in caplog.text and "'A3C'" not in caplog.text

@@ -155,3 +155,27 @@ def test_a_plans_set_aside_jobs_read_back(tmp_path: Path) -> None:
     old = plan_to_json(RoundPlan(round=2))
     del old["set_aside"]
     assert plan_from_json(old).set_aside == {}, "rounds stored before the field read back"
+
+
+def test_restart_samples_and_watched_moves_survive_a_reopen(tmp_path: Path) -> None:
+    store = SqliteStore(tmp_path / "s.sqlite")
+    store.save_restart_samples({"101": ([8.5, 7.25], 2), "k#1": ([30.0], 9)})
+    move = {
+        "job": "101",
+        "round": 7,
+        "job_id": "101",
+        "restart_count": 1,
+        "signal_s": 1000.5,
+        "release_s": 1004.0,
+        "ack_step": None,
+    }
+    store.save_restart_moves([move])
+    store.close()
+    again = SqliteStore(tmp_path / "s.sqlite")
+    try:
+        assert again.restart_samples() == {"101": ([8.5, 7.25], 2), "k#1": ([30.0], 9)}
+        assert again.restart_moves() == [move]
+        again.save_restart_moves([])
+        assert again.restart_moves() == [], "saving replaces every row"
+    finally:
+        again.close()

@@ -1,6 +1,7 @@
 """The store's schema version and migrations: a file written by an earlier release opens with
 its rounds, journal and key bindings intact and is brought to the current schema in one
-transaction; a file of a newer schema is refused unchanged; and the heartbeat (schema 2)."""
+transaction; a file of a newer schema is refused unchanged; the heartbeat (schema 2) and the
+jobs' restart costs (schema 3)."""
 
 from __future__ import annotations
 
@@ -40,9 +41,35 @@ def _tables(db: Path) -> set[str]:
         con.close()
 
 
-def test_the_current_schema_is_2_with_the_heartbeat() -> None:
-    assert SCHEMA_VERSION == 2
-    assert [version for version, _ in schema.MIGRATIONS] == [1, 2], "ordered, one per version"
+def test_the_current_schema_is_3_with_the_restart_costs() -> None:
+    assert SCHEMA_VERSION == 3
+    assert [version for version, _ in schema.MIGRATIONS] == [1, 2, 3], "ordered, one per version"
+
+
+def test_a_store_of_schema_2_gets_the_restart_cost_tables_and_keeps_its_journal(
+    tmp_path: Path,
+) -> None:
+    db = tmp_path / "rounds.sqlite"
+    con = sqlite3.connect(db)
+    for statement in (*schema._V1, *schema._V2):
+        con.execute(statement)
+    con.execute("INSERT INTO meta (key, value) VALUES ('schema', '2')")
+    con.execute(
+        "INSERT INTO actions (round, job_key, slurm_job_id, kind, detail, status, created_at) "
+        "VALUES (4, 'k', '101', 'signal', '{\"restart_count\": 0}', 'done', 10.0)"
+    )
+    con.commit()
+    con.close()
+    assert not {"restart_samples", "restart_moves"} & _tables(db)
+    store = SqliteStore(db)
+    try:
+        assert [(a.round, a.kind, a.detail) for a in store.actions()] == [
+            (4, "signal", {"restart_count": 0})
+        ]
+        assert store.restart_samples() == {} and store.restart_moves() == []
+    finally:
+        store.close()
+    assert _version(db) == "3"
 
 
 def test_a_store_of_the_last_release_migrates_with_its_rounds_journal_and_keys(
@@ -81,7 +108,7 @@ def test_a_store_of_the_last_release_migrates_with_its_rounds_journal_and_keys(
     finally:
         store.close()
     assert _version(db) == str(SCHEMA_VERSION)
-    assert {"heartbeat", "job_keys", "set_aside"} <= _tables(db)
+    assert {"heartbeat", "job_keys", "set_aside", "restart_samples", "restart_moves"} <= _tables(db)
 
 
 def test_a_store_of_the_first_release_gets_the_tables_added_later(tmp_path: Path) -> None:
@@ -149,15 +176,17 @@ def test_a_failing_migration_leaves_the_file_as_it_was(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     db = _from_fixture(tmp_path, "schema_v1_early.sql")
+    last_version, last_statements = schema.MIGRATIONS[-1]
     broken = (
         *schema.MIGRATIONS[:-1],
-        (2, (*schema.MIGRATIONS[-1][1], "CREATE TABLE rounds (x INTEGER)")),
+        (last_version, (*last_statements, "CREATE TABLE rounds (x INTEGER)")),
     )
     monkeypatch.setattr(schema, "MIGRATIONS", broken)
     with pytest.raises(StoreError, match=r"cannot migrate the store .*schema 1.*left unchanged"):
         SqliteStore(db)
     assert _version(db) == "1"
-    assert not {"job_keys", "set_aside", "heartbeat"} & _tables(db), "rolled back as a whole"
+    added = {"job_keys", "set_aside", "heartbeat", "restart_samples", "restart_moves"}
+    assert not added & _tables(db), "rolled back as a whole"
     monkeypatch.undo()
     store = SqliteStore(db)
     try:
