@@ -83,7 +83,7 @@ def _add_devcluster(sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 def _run_devcluster(args: argparse.Namespace) -> int:
     from slurm_hetsched.devcluster import DevCluster, default_config_path, default_dir
-    from slurm_hetsched.devcluster.config import load_devcluster_config
+    from slurm_hetsched.nodelayout import load_devcluster_config
 
     config_path = args.config or default_config_path()
     config = load_devcluster_config(config_path)

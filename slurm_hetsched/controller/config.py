@@ -20,7 +20,6 @@ from typing import Any
 
 from slurm_hetsched import data_files
 from slurm_hetsched.controller.restart_cost import DEFAULT_MAX_RESTART_S, RestartSettings
-from slurm_hetsched.controller.tick import TickSettings
 from slurm_hetsched.core.jobspec import CLASS_MAX
 from slurm_hetsched.core.mechanism import (
     DEFAULT_RESTART_S,
@@ -33,6 +32,7 @@ from slurm_hetsched.core.policies import get_policy
 from slurm_hetsched.core.problem import SiteData
 from slurm_hetsched.errors import ConfigError as _BaseConfigError
 from slurm_hetsched.errors import HetschedError
+from slurm_hetsched.rounds.tick import TickSettings
 
 
 class ConfigError(_BaseConfigError, ValueError):

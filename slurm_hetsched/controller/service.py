@@ -33,12 +33,12 @@ from slurm_hetsched.controller.reconcile import reconcile
 from slurm_hetsched.controller.restart_cost import RestartSettings
 from slurm_hetsched.controller.restarts import RestartTracker
 from slurm_hetsched.controller.statefiles import check_state_root
-from slurm_hetsched.controller.tick import Tick, TickSettings
 from slurm_hetsched.core.model import RoundPlan
 from slurm_hetsched.core.policies import get_policy
 from slurm_hetsched.core.ports import EnactReport, RoundRecord
 from slurm_hetsched.core.problem import SiteData
 from slurm_hetsched.errors import HetschedError, SlurmError
+from slurm_hetsched.rounds.tick import Tick, TickSettings
 from slurm_hetsched.slurm.backend import CliSlurmBackend
 from slurm_hetsched.slurm.cli import SlurmCli
 from slurm_hetsched.store.memory import MemoryStore

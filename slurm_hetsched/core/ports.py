@@ -2,7 +2,7 @@
 store for the round state (docs/architecture.md, "One tick for simulation and live").
 
 The simulator implements them with a simulated cluster, a simulated clock and memory; the live
-controller with Slurm, the system clock and SQLite. The tick (controller/tick.py) sees only
+controller with Slurm, the system clock and SQLite. The tick (rounds/tick.py) sees only
 these protocols, so both decide with exactly the same code.
 """
 

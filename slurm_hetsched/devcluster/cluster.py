@@ -17,7 +17,6 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from slurm_hetsched.devcluster import install, processes, state
-from slurm_hetsched.devcluster.config import DevClusterConfig
 from slurm_hetsched.devcluster.plugins import plugins_line, resolve_spank_plugins, write_plugstack
 from slurm_hetsched.devcluster.render import (
     ClusterPaths,
@@ -28,6 +27,7 @@ from slurm_hetsched.devcluster.render import (
 )
 from slurm_hetsched.devcluster.tables import format_jobs, format_nodes
 from slurm_hetsched.errors import DevClusterError, SlurmError
+from slurm_hetsched.nodelayout import DevClusterConfig
 from slurm_hetsched.slurm import CliSlurmBackend, SlurmCli, SlurmNode
 
 logger = logging.getLogger(__name__)

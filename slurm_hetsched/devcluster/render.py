@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from slurm_hetsched.devcluster.config import DevClusterConfig
+from slurm_hetsched.nodelayout import DevClusterConfig
 
 
 @dataclass(frozen=True, slots=True)

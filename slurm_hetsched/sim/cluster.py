@@ -6,7 +6,7 @@ other GPUs than before (a move, or a restart after a stop) first pays its own re
 holds its GPUs but makes no progress. A job's cost is its trace's `restart_s`, else its class's,
 else the run's default (sim/restart_costs.py); the snapshot reports it as `Job.restart_s`, as
 the live controller reports what it measured. That is everything the simulation adds; every
-decision is the tick's (controller/tick.py), exactly as on Slurm.
+decision is the tick's (rounds/tick.py), exactly as on Slurm.
 """
 
 from __future__ import annotations

@@ -8,8 +8,8 @@ import re
 from pathlib import Path
 
 from slurm_hetsched.core.model import Node
-from slurm_hetsched.devcluster.config import load_devcluster_config
 from slurm_hetsched.errors import ConfigError
+from slurm_hetsched.nodelayout import load_devcluster_config
 
 DEFAULT_GPUS_PER_SERVER = 4
 _COUNT = re.compile(r"^\s*([a-z0-9][a-z0-9_.-]*)\s*=\s*(\d+)\s*$")

@@ -11,12 +11,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from slurm_hetsched.controller.tick import Tick, TickSettings
 from slurm_hetsched.core.model import RoundPlan
 from slurm_hetsched.core.policies.base import Policy
 from slurm_hetsched.core.ports import EnactReport, Observation, RoundRecord
 from slurm_hetsched.core.problem import SiteData
 from slurm_hetsched.errors import HetschedError
+from slurm_hetsched.rounds.tick import Tick, TickSettings
 from slurm_hetsched.store.memory import MemoryStore
 
 

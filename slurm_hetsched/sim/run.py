@@ -1,6 +1,6 @@
 """Run a trace on a simulated cluster with one policy: the driver of `hetsched simulate`.
 
-The driver only wires the shared tick (controller/tick.py) to the simulated cluster, moves the
+The driver only wires the shared tick (rounds/tick.py) to the simulated cluster, moves the
 simulated clock round by round (jumping over idle gaps to the next arrival) and turns what
 happened into a `SimResult`. Nothing here decides anything.
 """
@@ -15,7 +15,6 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from slurm_hetsched.controller.tick import Tick, TickSettings
 from slurm_hetsched.core.costs import (
     EnergyModel,
     Interval,
@@ -28,6 +27,7 @@ from slurm_hetsched.core.mechanism import GAVEL_MIN_RESET_INTERVAL_S, RoundOptio
 from slurm_hetsched.core.model import Node
 from slurm_hetsched.core.policies.base import Policy
 from slurm_hetsched.core.problem import SiteData
+from slurm_hetsched.rounds.tick import Tick, TickSettings
 from slurm_hetsched.sim.cluster import SimClock, SimulatedCluster, SimulationError
 from slurm_hetsched.sim.layout import gpu_counts
 from slurm_hetsched.sim.restart_costs import check_restart_costs

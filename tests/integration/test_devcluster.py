@@ -17,9 +17,9 @@ from typing import TypeVar
 import pytest
 
 from slurm_hetsched.devcluster import DevCluster
-from slurm_hetsched.devcluster.config import DevClusterConfig, NodeSpec
 from slurm_hetsched.devcluster.processes import pids_with_env
 from slurm_hetsched.errors import DevClusterError
+from slurm_hetsched.nodelayout import DevClusterConfig, NodeSpec
 from slurm_hetsched.slurm import GpuRequest, JobOptions
 
 from .conftest import wait_for

@@ -193,8 +193,8 @@ def test_gavel_trace_on_gavels_physical_cluster_completes_every_job() -> None:
 
 
 def test_tick_adapts_the_round_options_to_its_policy() -> None:
-    from slurm_hetsched.controller.tick import Tick, TickSettings
     from slurm_hetsched.core.mechanism import RoundOptions
+    from slurm_hetsched.rounds.tick import Tick, TickSettings
     from slurm_hetsched.store.memory import MemoryStore
 
     def options(policy: str, base: RoundOptions) -> RoundOptions:

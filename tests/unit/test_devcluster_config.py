@@ -7,11 +7,6 @@ from pathlib import Path
 
 import pytest
 
-from slurm_hetsched.devcluster.config import (
-    default_devcluster_config,
-    load_devcluster_config,
-    parse_devcluster_config,
-)
 from slurm_hetsched.devcluster.render import (
     ClusterPaths,
     render_gres_conf,
@@ -19,6 +14,11 @@ from slurm_hetsched.devcluster.render import (
     render_slurm_conf,
 )
 from slurm_hetsched.errors import ConfigError
+from slurm_hetsched.nodelayout import (
+    default_devcluster_config,
+    load_devcluster_config,
+    parse_devcluster_config,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 

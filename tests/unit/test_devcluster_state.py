@@ -9,10 +9,10 @@ import pytest
 
 from slurm_hetsched.cli import build_parser
 from slurm_hetsched.devcluster import DevCluster, cluster, install, processes
-from slurm_hetsched.devcluster.config import default_devcluster_config
 from slurm_hetsched.devcluster.render import ClusterPaths
 from slurm_hetsched.devcluster.state import StartMode, choose_start, slurmctld_argv
 from slurm_hetsched.errors import DevClusterError
+from slurm_hetsched.nodelayout import default_devcluster_config
 from slurm_hetsched.slurm import SlurmNode
 
 

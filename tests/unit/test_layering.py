@@ -19,6 +19,7 @@ FORBIDDEN_PACKAGES = (
     "slurm_hetsched.slurm",
     "slurm_hetsched.store",
     "slurm_hetsched.controller",
+    "slurm_hetsched.rounds",
     "slurm_hetsched.sim",
     "slurm_hetsched.devcluster",
     "slurm_hetsched.cli",

@@ -10,9 +10,9 @@ import pytest
 from slurm_hetsched.cli import build_parser
 from slurm_hetsched.devcluster import DevCluster, cluster, processes
 from slurm_hetsched.devcluster.cluster import resolve_spank_plugins
-from slurm_hetsched.devcluster.config import default_devcluster_config
 from slurm_hetsched.devcluster.render import render_plugstack_conf
 from slurm_hetsched.errors import DevClusterError
+from slurm_hetsched.nodelayout import default_devcluster_config
 from slurm_hetsched.slurm import CliSlurmBackend, SlurmCli
 
 

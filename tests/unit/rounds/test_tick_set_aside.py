@@ -9,7 +9,6 @@ from collections.abc import Collection
 
 import pytest
 
-from slurm_hetsched.controller.tick import MAX_SET_ASIDE, Tick, TickSettings
 from slurm_hetsched.core.model import (
     Allocation,
     ClusterSnapshot,
@@ -23,6 +22,7 @@ from slurm_hetsched.core.ports import EnactReport, Observation
 from slurm_hetsched.core.problem import SiteData
 from slurm_hetsched.data_files import shipped_throughputs
 from slurm_hetsched.errors import SolverError
+from slurm_hetsched.rounds.tick import MAX_SET_ASIDE, Tick, TickSettings
 from slurm_hetsched.store.memory import MemoryStore
 
 RESNET = "ResNet-50 (batch size 64)"

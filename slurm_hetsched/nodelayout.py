@@ -1,5 +1,7 @@
-"""Node layout of a (dev) cluster: which nodes exist and which typed GPUs each one has.
+"""The node layout file: which nodes exist and which typed GPUs each one has.
 
+A format shared beside the core, like the state folder: the dev cluster (devcluster/) builds
+its Slurm from it and the simulator (sim/layout.py) its nodes, neither importing the other.
 The same TOML format describes the local dev cluster (`etc/devcluster.toml`) and a cluster to
 simulate, so an admin can simulate the very cluster the controller runs. Parsing is strict:
 unknown keys are rejected with the list of valid ones.
