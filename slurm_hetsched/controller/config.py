@@ -2,32 +2,24 @@
 docs/admin.md): loading, defaults and validation with errors that name the key.
 
 Relative paths in the file are resolved against the file's own folder, so a config next to its
-store works from any working directory.
+store works from any working directory. Which keys there are, and how each value is checked, is
+config_keys.py's.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import difflib
-import math
-import os
-import signal
 import tomllib
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from slurm_hetsched import data_files
+from slurm_hetsched.controller.config_keys import KEYS, OLD_KEYS
 from slurm_hetsched.controller.restart_cost import DEFAULT_MAX_RESTART_S, RestartSettings
-from slurm_hetsched.core.jobspec import CLASS_MAX
-from slurm_hetsched.core.mechanism import (
-    DEFAULT_RESTART_S,
-    DEFAULT_RESTART_SHARE,
-    MOVES,
-    QUEUES,
-    RoundOptions,
-)
+from slurm_hetsched.core.mechanism import DEFAULT_RESTART_S, DEFAULT_RESTART_SHARE, RoundOptions
 from slurm_hetsched.core.policies import get_policy
 from slurm_hetsched.core.problem import SiteData
 from slurm_hetsched.errors import ConfigError as _BaseConfigError
@@ -141,189 +133,6 @@ class ControllerConfig:
         return dataclasses.replace(self, **changes)
 
 
-# (section, key) -> (field name, parser). A parser takes the raw value and the file's folder.
-_Parser = Callable[[Any, Path], Any]
-
-
-def _number(minimum: float, *, strict: bool) -> _Parser:
-    def parse(value: Any, base: Path) -> float:
-        ok = isinstance(value, int | float) and not isinstance(value, bool)
-        if ok and math.isfinite(value) and (value > minimum if strict else value >= minimum):
-            return float(value)
-        relation = ">" if strict else ">="
-        raise ValueError(f"expected a number {relation} {minimum:g}, got {value!r}")
-
-    return parse
-
-
-def _count(value: Any, base: Path) -> int:
-    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
-        return value
-    raise ValueError(f"expected a whole number >= 0, got {value!r}")
-
-
-def _port(value: Any, base: Path) -> int:
-    if isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= 65535:
-        return value
-    raise ValueError(f"expected a port number 0..65535, got {value!r}")
-
-
-def _text(value: Any, base: Path) -> str:
-    if isinstance(value, str) and value:
-        return value
-    raise ValueError(f"expected a non-empty string, got {value!r}")
-
-
-def _path(value: Any, base: Path) -> Path:
-    return Path(os.path.normpath(base / _text(value, base)))
-
-
-def _flag(value: Any, base: Path) -> bool:
-    if isinstance(value, bool):
-        return value
-    raise ValueError(f"expected true or false, got {value!r}")
-
-
-def _signal_name(value: Any, base: Path) -> str:
-    name = _text(value, base).upper().removeprefix("SIG")
-    if not hasattr(signal.Signals, f"SIG{name}"):
-        raise ValueError(f"expected a signal name such as USR2 or USR1, got {value!r}")
-    return name
-
-
-def _queue(value: Any, base: Path) -> str:
-    if value not in QUEUES:
-        raise ValueError(f"expected one of {', '.join(QUEUES)}, got {value!r}")
-    return str(value)
-
-
-def _moves(value: Any, base: Path) -> str:
-    if value not in MOVES:
-        raise ValueError(f"expected one of {', '.join(MOVES)}, got {value!r}")
-    return str(value)
-
-
-def _share(value: Any, base: Path) -> float:
-    share = float(_number(0, strict=True)(value, base))
-    if share > 1:
-        raise ValueError(f"expected a share of time in (0, 1], got {value!r}")
-    return share
-
-
-def _seconds_by_class(value: Any, base: Path) -> dict[str, float]:
-    if not isinstance(value, dict):
-        raise ValueError(f"expected a table of job class = seconds, got {value!r}")
-    seconds = _number(0, strict=False)
-    out = {}
-    for job_class, item in value.items():
-        if not 0 < len(job_class) <= CLASS_MAX:
-            raise ValueError(f"{job_class!r}: a job class has 1 to {CLASS_MAX} characters")
-        try:
-            out[job_class] = float(seconds(item, base))
-        except ValueError as exc:
-            raise ValueError(f"{job_class!r}: {exc}") from None
-    return out
-
-
-def _log_level(value: Any, base: Path) -> str:
-    level = _text(value, base).lower()
-    if level not in ("debug", "info", "warning", "error"):
-        raise ValueError(f"expected debug, info, warning or error, got {value!r}")
-    return level
-
-
-def _names(value: Any, base: Path) -> tuple[str, ...]:
-    if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
-        raise ValueError(f'expected a list of names such as ["gpu"], got {value!r}')
-    if len(set(value)) != len(value):
-        raise ValueError(f"a name is listed twice: {value!r}")
-    return tuple(value)
-
-
-def _one_name(value: Any, base: Path) -> tuple[str, ...]:
-    return (_text(value, base),)
-
-
-def _string_table(value: Any, base: Path) -> dict[str, str]:
-    if not isinstance(value, dict):
-        raise ValueError(f"expected a table of key = value, got {value!r}")
-    out = {}
-    for key, item in value.items():
-        if isinstance(item, bool):
-            out[key] = "true" if item else "false"
-        elif isinstance(item, int | float | str):
-            out[key] = str(item)
-        else:
-            raise ValueError(f"{key}: expected a string, number or boolean, got {item!r}")
-    return out
-
-
-def _failpoint(value: Any, base: Path) -> str:
-    text = _text(value, base)
-    if text.partition(":")[0] not in ("before", "after") or not text.partition(":")[2]:
-        raise ValueError(f"expected before:<action> or after:<action>, got {text!r}")
-    return str(text)
-
-
-_KEYS: dict[str, dict[str, tuple[str, _Parser]]] = {
-    "controller": {
-        "round_s": ("round_s", _number(0, strict=True)),
-        "policy": ("policy", _text),
-        "policy_options": ("policy_options", _string_table),
-        "min_reset_interval_s": ("min_reset_interval_s", _number(0, strict=False)),
-        "round_queue": ("round_queue", _queue),
-        "work_conserving": ("work_conserving", _flag),
-        "store": ("store", _path),
-        "lock": ("lock", _path),
-        "state_root": ("state_root", _path),
-        "ack_timeout_s": ("ack_timeout_s", _number(0, strict=True)),
-        "requeue_timeout_s": ("requeue_timeout_s", _number(0, strict=True)),
-        "checkpoint_signal": ("checkpoint_signal", _signal_name),
-        "release_rejected": ("release_rejected", _flag),
-        "key_release_s": ("key_release_s", _number(0, strict=False)),
-        "log_level": ("log_level", _log_level),
-        "resubmit_environment": ("resubmit_environment", _string_table),
-    },
-    "slurm": {
-        "conf": ("slurm_conf", lambda v, base: str(_path(v, base))),
-        "bin_dir": ("bin_dir", lambda v, base: str(_path(v, base))),
-        "command_timeout_s": ("command_timeout_s", _number(0, strict=True)),
-        "retries": ("retries", _count),
-        "retry_backoff_s": ("retry_backoff_s", _number(0, strict=False)),
-        "partitions": ("partitions", _names),
-        "qos": ("qos", _names),
-    },
-    "site": {
-        "throughputs": ("throughputs", _path),
-        "gpu_types": ("gpu_types", _path),
-        "progress_max_age_s": ("progress_max_age_s", _number(0, strict=True)),
-    },
-    "metrics": {
-        "port": ("metrics_port", _port),
-        "address": ("metrics_address", _text),
-    },
-    "moves": {
-        "mechanism": ("moves", _moves),
-        "restart_share": ("restart_share", _share),
-        "restart_s": ("restart_s", _number(0, strict=False)),
-        "max_restart_s": ("max_restart_s", _number(0, strict=True)),
-        "restart_s_by_class": ("restart_s_by_class", _seconds_by_class),
-    },
-    "watchdog": {
-        "after_s": ("watchdog_after_s", _number(0, strict=True)),
-    },
-    # Fault injection for crash tests only (EnactSettings.failpoint): never in production.
-    "testing": {
-        "failpoint": ("failpoint", _failpoint),
-    },
-}
-
-# Keys of earlier versions, still read: slurm.partition (one name) became slurm.partitions.
-_OLD_KEYS: dict[str, dict[str, tuple[str, _Parser]]] = {
-    "slurm": {"partition": ("partitions", _one_name)},
-}
-
-
 def load_config(path: str | Path | None) -> ControllerConfig:
     """The configuration in `path` (None: every default).
 
@@ -347,22 +156,22 @@ def load_config(path: str | Path | None) -> ControllerConfig:
     values: dict[str, Any] = {"source": path}
     set_by: dict[str, str] = {}  # field -> the key that set it
     for section, table in raw.items():
-        if section not in _KEYS:
-            owners = [s for s, keys in _KEYS.items() if section in keys]
+        if section not in KEYS:
+            owners = [s for s, keys in KEYS.items() if section in keys]
             if owners and not isinstance(table, dict):
                 # A key written above every [section] header.
                 raise ConfigError(
                     f"{path}: key {section} is outside any section; move it under "
                     f"[{owners[0]}] ({owners[0]}.{section})"
                 )
-            raise ConfigError(f"{path}: unknown section [{section}]{_hint(section, _KEYS)}")
+            raise ConfigError(f"{path}: unknown section [{section}]{_hint(section, KEYS)}")
         if not isinstance(table, dict):
             raise ConfigError(f"{path}: {section} must be a [{section}] table")
         for key, value in table.items():
-            known = _KEYS[section]
-            if key not in known and key not in _OLD_KEYS.get(section, {}):
+            known = KEYS[section]
+            if key not in known and key not in OLD_KEYS.get(section, {}):
                 raise ConfigError(f"{path}: unknown key {section}.{key}{_hint(key, known)}")
-            name, parse = known[key] if key in known else _OLD_KEYS[section][key]
+            name, parse = known[key] if key in known else OLD_KEYS[section][key]
             if name in set_by:  # an old key and its successor both set
                 raise ConfigError(
                     f"{path}: {section}.{set_by[name]} and {section}.{key} set the same thing; "

@@ -35,7 +35,7 @@ from slurm_hetsched.controller.statefiles import JobFolder, write_resume_request
 from slurm_hetsched.core.jobspec import JobSpecError, is_managed, parse_job_spec
 from slurm_hetsched.errors import UnknownJobError
 from slurm_hetsched.slurm.records import HELD_REASONS, JobState, JobUpdate, SlurmJob
-from slurm_hetsched.wrapper.progress import REQUEST_FILE, RESUME_FILE
+from slurm_hetsched.statefolder import REQUEST_FILE, RESUME_FILE
 
 logger = logging.getLogger(__name__)
 

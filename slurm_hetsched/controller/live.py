@@ -2,8 +2,9 @@
 
 `observe` reads the queue and the nodes (plus each managed job's trusted progress report) and
 returns the snapshot the tick decides on; `enact` carries the plan out (controller/enact.py),
-hands jobs with a bad spec back to Slurm, and updates the admin comments that make the rounds
-visible in `squeue`. The tick itself is the simulator's, unchanged.
+keeps the jobs the round set aside, hands jobs with a bad spec back to Slurm, and updates the
+admin comments that make the rounds visible in `squeue` (controller/round_report.py). The tick
+itself is the simulator's, unchanged.
 """
 
 from __future__ import annotations
@@ -11,24 +12,12 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from datetime import tzinfo
 from pathlib import Path
 from typing import Any, Protocol
 
-from slurm_hetsched.controller.admin_comment import (
-    PREFIX,
-    format_admin_comment,
-    format_rejected_comment,
-    needs_update,
-)
-from slurm_hetsched.controller.enact import (
-    EnactOutcome,
-    Journal,
-    SlurmEnactor,
-    runs_on,
-    starting_on,
-)
+from slurm_hetsched.controller.enact import Journal, SlurmEnactor, runs_on, starting_on
 from slurm_hetsched.controller.jobview import (
     DEFAULT_KEY_RELEASE_S,
     ManagedJob,
@@ -39,13 +28,29 @@ from slurm_hetsched.controller.jobview import (
 )
 from slurm_hetsched.controller.keys import KeyBinding
 from slurm_hetsched.controller.restarts import RestartTracker
+from slurm_hetsched.controller.round_report import (
+    LastRound,
+    hold_is_ours,
+    report_refused,
+    write_admin_comments,
+)
 from slurm_hetsched.controller.statefiles import JobFolder, read_progress
 from slurm_hetsched.core.model import Placement, RoundPlan
 from slurm_hetsched.core.ports import EnactReport, Observation, RoundRecord
 from slurm_hetsched.core.throughput import ThroughputTable
-from slurm_hetsched.errors import HetschedError, InvalidRequestError, SlurmError
+from slurm_hetsched.errors import HetschedError, SlurmError
 from slurm_hetsched.slurm.backend import CliSlurmBackend
-from slurm_hetsched.slurm.records import JobState, JobUpdate, SlurmJob
+from slurm_hetsched.slurm.records import JobState, SlurmJob
+
+__all__ = [
+    "LastRound",
+    "ObserveSettings",
+    "ReadOnlyRegistry",
+    "Registry",
+    "SlurmCluster",
+    "SlurmUnavailableError",
+    "hold_is_ours",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -108,15 +113,6 @@ class ReadOnlyRegistry:
 
     def save_set_aside(self, rows: Iterable[Mapping[str, Any]]) -> None:
         return None
-
-
-@dataclass(slots=True)
-class LastRound:
-    """What the last `enact` did, for logs and metrics."""
-
-    outcome: EnactOutcome = field(default_factory=EnactOutcome)
-    comments_written: int = 0
-    rejected_released: list[str] = field(default_factory=list)
 
 
 class SlurmCluster:
@@ -279,8 +275,12 @@ class SlurmCluster:
             except Exception:  # the moves are made; only their timing is lost
                 logger.exception("round %d: cannot watch the restarts of its moves", plan.round)
         set_aside = self._record_set_aside(plan)
-        self._release_rejected(plan.round, set_aside)
-        self._write_admin_comments(plan, outcome)
+        refused = [(r.job, r.reason) for r in self.view.rejected] + set_aside
+        release = self.settings.release_rejected
+        report_refused(self.slurm, self.journal, plan.round, refused, self.last, release=release)
+        record = self.last_record()
+        allocation = record.allocation if record is not None else None
+        write_admin_comments(self.slurm, self.view, plan, outcome, allocation, self.last)
         return report
 
     def _record_set_aside(self, plan: RoundPlan) -> list[tuple[SlurmJob, str]]:
@@ -309,96 +309,6 @@ class SlurmCluster:
             for key, a in entries.items()
         )
 
-    def _release_rejected(self, round_: int, set_aside: list[tuple[SlurmJob, str]]) -> None:
-        """Jobs with a bad spec (or set aside): reported in their admin comment and released
-        to Slurm; one job's failure here is logged and the others go on."""
-        assert self.view is not None
-        refused = [(r.job, r.reason) for r in self.view.rejected] + set_aside
-        for job, reason in refused:
-            # Reported and released separately: a comment Slurm will not take must not keep
-            # the job held.
-            text = format_rejected_comment(reason)
-            try:
-                if needs_update(job.admin_comment, text):
-                    logger.warning(
-                        "round %d: job %s of %s is not managed: %s",
-                        round_,
-                        job.job_id,
-                        job.user,
-                        reason,
-                    )
-                    self.slurm.update(job.job_id, JobUpdate(admin_comment=text))
-                    self.last.comments_written += 1
-            except Exception as exc:  # one job's failure never stops the others'
-                logger.warning(
-                    "round %d: job %s: cannot write its admin comment: %s", round_, job.job_id, exc
-                )
-            try:
-                if self.settings.release_rejected and job.held and hold_is_ours(job):
-                    self._hand_back(round_, job, reason)
-            except Exception as exc:
-                logger.warning("round %d: job %s: cannot release it: %s", round_, job.job_id, exc)
-
-    def _hand_back(self, round_: int, job: SlurmJob, reason: str) -> None:
-        """Release a refused job to Slurm, without the target an earlier round gave it."""
-        managed_before = job.admin_comment.startswith(f"{PREFIX} r=")
-        action = self.journal.begin_action(
-            round_, job.job_id, job.job_id, "release_rejected", {"untarget": managed_before}
-        )
-        try:
-            if managed_before:
-                self.slurm.update(job.job_id, JobUpdate(features="", required_nodes=""))
-            self.slurm.release(job.job_id)
-        except SlurmError as exc:
-            self.journal.finish_action(action, False, str(exc))
-            raise
-        self.journal.finish_action(action, True, reason)
-        self.last.rejected_released.append(job.job_id)
-
-    def _write_admin_comments(self, plan: RoundPlan, outcome: EnactOutcome) -> None:
-        assert self.view is not None
-        record = self.last_record()
-        allocation = record.allocation if record is not None else None
-        placements = plan.placements
-        for key, job in sorted(self.view.managed.items()):
-            if key in plan.set_aside:
-                continue  # reported as not managed
-            if key in outcome.resubmitted:
-                job_id = outcome.resubmitted[key]
-            elif job.state is not JobState.PENDING and job.state is not JobState.RUNNING:
-                continue
-            else:
-                job_id = job.slurm_id
-            share = (
-                allocation.share(key)
-                if allocation is not None and key in allocation.job_ids
-                else {}
-            )
-            text = format_admin_comment(
-                round_=plan.round,
-                placement=placements.get(key),
-                share=share,
-                priority=plan.priority.get(key),
-                reason=_reason(key, outcome, placements, job, plan.held),
-            )
-            current = "" if key in outcome.resubmitted else job.leader.admin_comment
-            if not needs_update(current, text):
-                continue
-            try:
-                self.slurm.update(job_id, JobUpdate(admin_comment=text))
-                self.last.comments_written += 1
-            except InvalidRequestError as exc:
-                # It finished while the round ran: nothing left to show.
-                logger.debug("round %d: job %s (%s): no comment: %s", plan.round, key, job_id, exc)
-            except Exception as exc:  # one job's failure never stops the others'
-                logger.warning(
-                    "round %d: job %s (%s): cannot write its admin comment: %s",
-                    plan.round,
-                    key,
-                    job_id,
-                    exc,
-                )
-
 
 def _not_running(view: SlurmView, placements: Mapping[str, Placement]) -> tuple[str, ...]:
     """The placed jobs Slurm does not show on their placement: neither running there nor
@@ -414,42 +324,6 @@ def _not_running(view: SlurmView, placements: Mapping[str, Placement]) -> tuple[
         if not there:
             out.append(key)
     return tuple(out)
-
-
-def _reason(
-    key: str,
-    outcome: EnactOutcome,
-    placements: dict,  # type: ignore[type-arg]
-    job: ManagedJob,
-    held: Mapping[str, str],
-) -> str:
-    if key in outcome.failed:
-        return "failed:" + outcome.failed[key].split(":")[0].replace(" ", "-")[:40]
-    if key in outcome.moved or key in outcome.resubmitted:
-        before = outcome.previous_type.get(key) or "?"
-        after = "+".join(placements[key].gpu_types) if key in placements else "?"
-        return f"moved:{before}->{after}"
-    if key in outcome.started:
-        return "started"
-    if key in outcome.stopped:
-        return "stopped:queued"
-    if key in outcome.kept and key in held:
-        # Only the rule's name ("kept:residence"): its figures change every round, and the
-        # comment is rewritten only when its stable part changes.
-        return "kept:" + held[key].split(":")[0].replace(" ", "-")
-    if key in outcome.kept:
-        return "kept"
-    return "queued"
-
-
-def hold_is_ours(job: SlurmJob) -> bool:
-    """Whether a refused job waits on a hold the controller may lift: the template's
-    submission hold the first time the job is seen, or any hold of a job it managed before
-    (its own requeue-holds and holds). A hold the user sets after the job was handed back
-    (refused, or by `hetsched handback`) is theirs."""
-    if job.admin_comment.startswith((f"{PREFIX} not-managed", f"{PREFIX} handed-back")):
-        return False
-    return job.reason == "JobHeldUser" or job.admin_comment.startswith(f"{PREFIX} r=")
 
 
 def _local_tz() -> tzinfo:

@@ -9,31 +9,10 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Collection, Mapping, Sequence
-from typing import TYPE_CHECKING
 
+from slurm_hetsched.controller.managed import ManagedJob, Progress
 from slurm_hetsched.core.model import ClusterSnapshot, Job, Node
 from slurm_hetsched.slurm.records import SlurmNode
-from slurm_hetsched.wrapper.placement import expand_hostlist
-
-if TYPE_CHECKING:  # jobview imports this module
-    from slurm_hetsched.controller.jobview import ManagedJob, Progress
-
-
-def expand_nodes(text: str) -> list[str]:
-    """Slurm's node list ('n1,n3' or 'n[1-2],gpu7') as node names."""
-    names: list[str] = []
-    depth, start = 0, 0
-    for i, char in enumerate(text + ","):
-        if char == "[":
-            depth += 1
-        elif char == "]":
-            depth -= 1
-        elif char == "," and depth == 0:
-            term = text[start:i].strip()
-            if term:
-                names.extend(expand_hostlist(term))
-            start = i + 1
-    return names
 
 
 def snapshot_nodes(

@@ -33,9 +33,14 @@ from typing import Any
 
 from slurm_hetsched.core.jobspec import STEPS_MAX, JobSpecError, check_job_key
 from slurm_hetsched.errors import ConfigError, HetschedError
-from slurm_hetsched.wrapper.files import state_folder
-from slurm_hetsched.wrapper.placement import PLACEMENT_FILE
-from slurm_hetsched.wrapper.progress import ACK_FILE, PROGRESS_FILE, REQUEST_FILE, RESUME_FILE
+from slurm_hetsched.statefolder import (
+    ACK_FILE,
+    PLACEMENT_FILE,
+    PROGRESS_FILE,
+    REQUEST_FILE,
+    RESUME_FILE,
+    state_folder,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -256,9 +261,7 @@ def _read_owned_json(folder: int, name: str, owner_uid: int, where: Path) -> dic
     return payload if isinstance(payload, dict) else None
 
 
-def _write_file(
-    folder: int, name: str, payload: dict[str, Any], uid: int, gid: int | None
-) -> None:
+def _write_file(folder: int, name: str, payload: dict[str, Any], uid: int, gid: int | None) -> None:
     """A new temp file under the folder descriptor, handed to the user, renamed over `name`."""
     tmp = f".{name}.controller-{os.getpid()}"
     data = (json.dumps(payload, indent=1, sort_keys=True) + "\n").encode()
@@ -371,9 +374,7 @@ def write_checkpoint_request(
     folder.write_json(REQUEST_FILE, payload)
 
 
-def write_resume_request(
-    folder: JobFolder, *, job_id: str, restart_count: int, at: float
-) -> None:
+def write_resume_request(folder: JobFolder, *, job_id: str, restart_count: int, at: float) -> None:
     """Write resume_request.json: the move of this run is called off, so a job paused after
     its ack trains on at once instead of waiting out its lease."""
     payload = {"job_id": job_id, "restart_count": restart_count, "requested_at": at}

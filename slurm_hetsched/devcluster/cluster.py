@@ -16,7 +16,9 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from slurm_hetsched.devcluster import install, processes, state
+import slurm_hetsched.devcluster.install as install
+import slurm_hetsched.devcluster.processes as processes
+import slurm_hetsched.devcluster.state as state
 from slurm_hetsched.devcluster.plugins import plugins_line, resolve_spank_plugins, write_plugstack
 from slurm_hetsched.devcluster.render import (
     ClusterPaths,

@@ -10,7 +10,7 @@ import sys
 import time
 from pathlib import Path
 
-from slurm_hetsched.devcluster import processes
+import slurm_hetsched.devcluster.processes as processes
 from slurm_hetsched.errors import DevClusterError
 
 logger = logging.getLogger(__name__)

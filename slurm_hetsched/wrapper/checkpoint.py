@@ -15,7 +15,8 @@ checkpoint whose pickle needs a type loading refuses (serialize.UnsafeStateError
 with an error naming the type; if no older one loads, that error is raised rather than the job
 starting over.
 
-Only the job's rank 0 writes; this module does not know about ranks.
+Only the job's rank 0 writes; this module does not know about ranks. The writer and reader a
+save or load function is handed are checkpoint_handles.py's (re-exported here).
 """
 
 from __future__ import annotations
@@ -23,158 +24,44 @@ from __future__ import annotations
 import json
 import logging
 import os
-import re
 import shutil
 import stat
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
-from slurm_hetsched.errors import HetschedError
-from slurm_hetsched.wrapper.files import fsync_dir
-from slurm_hetsched.wrapper.serialize import (
-    CorruptStateError,
-    FileDigest,
-    UnsafeStateError,
-    digest_file,
-    load_object,
-    open_owned,
-    read_verified,
-    save_object,
+from slurm_hetsched.statefolder import MARKER, checkpoint_name, checkpoint_step
+from slurm_hetsched.wrapper.checked_files import open_owned
+from slurm_hetsched.wrapper.checkpoint_handles import (
+    CheckpointCorruptError,
+    CheckpointError,
+    CheckpointReader,
+    CheckpointUnsafeError,
+    CheckpointWriter,
 )
+from slurm_hetsched.wrapper.files import fsync_dir
+from slurm_hetsched.wrapper.state_errors import CorruptStateError
+
+__all__ = [
+    "FORMAT",
+    "MARKER",
+    "CheckpointCorruptError",
+    "CheckpointError",
+    "CheckpointInfo",
+    "CheckpointReader",
+    "CheckpointStore",
+    "CheckpointUnsafeError",
+    "CheckpointWriter",
+]
 
 logger = logging.getLogger(__name__)
 
-MARKER = "COMMITTED"
 FORMAT = "hetsched-checkpoint/1"
-_NAME = re.compile(r"^ckpt-(\d+)$")
 _TEMP_PREFIX = ".tmp-ckpt-"
 _TRASH_PREFIX = ".trash-ckpt-"
 T = TypeVar("T")
-
-
-class CheckpointError(HetschedError):
-    """A checkpoint could not be written."""
-
-
-class CheckpointCorruptError(CorruptStateError):
-    """A checkpoint is torn (no marker) or corrupt (bad marker, size or checksum)."""
-
-
-class CheckpointUnsafeError(CheckpointCorruptError, UnsafeStateError):
-    """A checkpoint file needs a type that loading does not allow (see register_safe_type)."""
-
-
-def checkpoint_name(step: int) -> str:
-    return f"ckpt-{step}"
-
-
-class CheckpointWriter:
-    """Handed to a save function: puts files into the checkpoint being written.
-
-    Attributes:
-        folder: the temporary folder (it becomes `ckpt-<step>` on commit).
-        step: the step the checkpoint is for.
-        rank_states: per-rank values gathered before the save (see JobSession); [] if none.
-    """
-
-    def __init__(self, folder: Path, step: int, rank_states: list[Any]) -> None:
-        self.folder = folder
-        self.step = step
-        self.rank_states = rank_states
-        self._digests: dict[str, FileDigest | None] = {}
-
-    def save_object(self, name: str, obj: Any) -> None:
-        """Write `obj` (tensors and arrays at full disk speed) as file `name`."""
-        self._digests[name] = save_object(obj, self._path(name))
-
-    def path(self, name: str) -> Path:
-        """A path to write file `name` by other means; its checksum is read back at commit."""
-        path = self._path(name)
-        self._digests[name] = None
-        return path
-
-    def _path(self, name: str) -> Path:
-        if "/" in name or name.startswith(".") or name == MARKER or name in self._digests:
-            raise ValueError(f"bad or repeated checkpoint file name {name!r}")
-        return self.folder / name
-
-    def finish(self) -> dict[str, FileDigest]:
-        """Digest and fsync the files written by other means (save_object fsyncs its own)."""
-        digests: dict[str, FileDigest] = {}
-        for name, digest in self._digests.items():
-            if digest is not None:
-                digests[name] = digest
-                continue
-            path = self.folder / name
-            if not path.is_file():
-                raise CheckpointError(f"save function announced {name!r} but did not write it")
-            if path.is_symlink():  # loading never follows links
-                raise CheckpointError(f"checkpoint file {name!r} is a symlink, not a file")
-            digests[name] = digest_file(path)
-            fd = os.open(path, os.O_RDONLY)
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-        return digests
-
-
-@dataclass(frozen=True, slots=True)
-class CheckpointReader:
-    """Handed to a load function: verified access to one committed checkpoint.
-
-    Attributes:
-        folder: the `ckpt-<step>` folder.
-        step: completed steps when it was written.
-        manifest: the parsed `COMMITTED` marker (files, job_id, restart_count, meta, ...).
-    """
-
-    folder: Path
-    step: int
-    manifest: Mapping[str, Any]
-    _verified: set[str] = field(default_factory=set)
-
-    @property
-    def meta(self) -> Mapping[str, Any]:
-        meta = self.manifest.get("meta")
-        return meta if isinstance(meta, Mapping) else {}
-
-    def load_object(self, name: str) -> Any:
-        """The object saved as `name`, after checking its size and checksum.
-
-        Raises:
-            CheckpointCorruptError: missing, damaged, or not loadable.
-        """
-        data = self._read(name)
-        try:
-            return load_object(data, str(self.folder / name))
-        except UnsafeStateError as exc:
-            raise CheckpointUnsafeError(str(exc), exc.type_name) from exc
-        except CorruptStateError as exc:
-            raise CheckpointCorruptError(str(exc)) from exc
-
-    def path(self, name: str) -> Path:
-        """The path of file `name`, after checking its size and checksum."""
-        if name not in self._verified:
-            self._read(name)
-            self._verified.add(name)
-        return self.folder / name
-
-    def _read(self, name: str) -> bytearray:
-        files = self.manifest.get("files", {})
-        entry = files.get(name) if isinstance(files, Mapping) else None
-        if not isinstance(entry, Mapping):
-            raise CheckpointCorruptError(f"{self.folder} has no file {name!r} in its manifest")
-        try:
-            expected = FileDigest(int(entry["size"]), int(entry["crc32"]))
-            return read_verified(self.folder / name, expected)
-        except (KeyError, TypeError, ValueError) as exc:
-            raise CheckpointCorruptError(f"{self.folder}: bad manifest entry {name!r}") from exc
-        except CorruptStateError as exc:
-            raise CheckpointCorruptError(str(exc)) from exc
 
 
 @dataclass(frozen=True, slots=True)
@@ -219,8 +106,8 @@ class CheckpointStore:
         infos = []
         euid = os.geteuid()
         for entry in self._entries():
-            match = _NAME.match(entry.name)
-            if not match:
+            step = checkpoint_step(entry.name)
+            if step is None:
                 continue
             try:
                 info = entry.lstat()  # not is_dir(): it follows symlinks
@@ -238,7 +125,7 @@ class CheckpointStore:
                     euid,
                 )
                 continue
-            infos.append(CheckpointInfo(int(match.group(1)), entry, _has_marker(entry)))
+            infos.append(CheckpointInfo(step, entry, _has_marker(entry)))
         return sorted(infos, key=lambda info: info.step, reverse=True)
 
     def latest(self) -> CheckpointInfo | None:

@@ -35,7 +35,7 @@ from pathlib import Path
 
 from slurm_hetsched.core.jobspec import JobSpecError, check_job_key
 from slurm_hetsched.errors import ConfigError
-from slurm_hetsched.wrapper.files import state_folder
+from slurm_hetsched.statefolder import state_folder
 
 DEFAULT_STATE_ROOT = Path("~/.hetsched/state")
 DEFAULT_SIGNAL = signal.SIGUSR2  # as submitit: NCCL's proxy thread used to catch SIGUSR1

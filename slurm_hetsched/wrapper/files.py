@@ -17,6 +17,10 @@ from typing import Any
 
 from slurm_hetsched.errors import HetschedError
 
+# The layout is the state folder format's (statefolder.py); imported from here by benchmarks/
+# and tests/e2e/.
+from slurm_hetsched.statefolder import state_folder as state_folder
+
 logger = logging.getLogger(__name__)
 
 
@@ -63,15 +67,6 @@ def read_json(path: Path) -> dict[str, Any] | None:
     except (OSError, ValueError):
         return None
     return payload if isinstance(payload, dict) else None
-
-
-def state_folder(root: Path, uid: int, key: str) -> Path:
-    """A job's state folder under a state root: `<root>/<uid>/<key>` (docs/security.md).
-
-    Root creates `<root>/<uid>` and hands it to the user before the user's jobs run, so no
-    one can create a folder in another user's part of a shared root.
-    """
-    return root / str(uid) / key
 
 
 def ensure_state_dir(path: Path) -> Path:

@@ -13,19 +13,30 @@ Looking the type up never fails the job: a missing `scontrol`/`sinfo` on compute
 from __future__ import annotations
 
 import logging
-import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from slurm_hetsched.statefolder import PLACEMENT_FILE, expand_hostlist
 from slurm_hetsched.wrapper.files import read_json, write_json_atomic
+
+# The file name and the host list parser are the state folder format's (statefolder.py).
+__all__ = [
+    "PLACEMENT_FILE",
+    "UNKNOWN_GPU_TYPE",
+    "NodeGpuLookup",
+    "Placement",
+    "expand_hostlist",
+    "read_placement",
+    "resolve_gpu_type",
+    "slurm_node_gpus",
+    "write_placement",
+]
 
 logger = logging.getLogger(__name__)
 
-PLACEMENT_FILE = "placement.json"
 UNKNOWN_GPU_TYPE = "unknown"
-_BRACKETS = re.compile(r"^(?P<prefix>[^\[\]]*)\[(?P<ranges>[^\[\]]+)\](?P<suffix>[^\[\]]*)$")
 
 NodeGpuLookup = Callable[[str], Mapping[str, int] | None]
 
@@ -76,34 +87,12 @@ def write_placement(state_dir: Path, placement: Placement) -> None:
 
 
 def _node_names(value: Any) -> tuple[str, ...]:
+    """placement.json's `nodes`: a list of names, or a Slurm host list such as 'n[1-2],gpu7'."""
     if isinstance(value, str):
-        value = value.split(",") if "[" not in value else [value]
+        return tuple(expand_hostlist(value))
     if not isinstance(value, Sequence):
         return ()
-    names: list[str] = []
-    for item in value:
-        if isinstance(item, str) and item.strip():
-            names.extend(expand_hostlist(item.strip()))
-    return tuple(names)
-
-
-def expand_hostlist(text: str) -> list[str]:
-    """Expand one Slurm host list term: 'n[1-3,7]' -> n1 n2 n3 n7; 'n01' stays as it is.
-
-    Only one bracket group is understood; anything else is returned unchanged.
-    """
-    match = _BRACKETS.match(text)
-    if not match:
-        return [text]
-    names = []
-    for part in match.group("ranges").split(","):
-        low, _, high = part.partition("-")
-        if not low.isdigit() or (high and not high.isdigit()):
-            return [text]
-        width = len(low)
-        for number in range(int(low), int(high or low) + 1):
-            names.append(f"{match.group('prefix')}{number:0{width}d}{match.group('suffix')}")
-    return names
+    return tuple(name for item in value if isinstance(item, str) for name in expand_hostlist(item))
 
 
 def slurm_node_gpus(node: str) -> Mapping[str, int] | None:

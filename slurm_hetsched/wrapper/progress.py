@@ -29,15 +29,28 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from slurm_hetsched.statefolder import ACK_FILE, PROGRESS_FILE, REQUEST_FILE, RESUME_FILE
 from slurm_hetsched.wrapper.env import JobEnvironment
 from slurm_hetsched.wrapper.files import read_json, write_json_atomic
 
+# The file names are the state folder format's (statefolder.py), re-exported.
+__all__ = [
+    "ACK_FILE",
+    "DEFAULT_WINDOW_S",
+    "PROGRESS_FILE",
+    "REQUEST_FILE",
+    "RESUME_FILE",
+    "Ack",
+    "ProgressReporter",
+    "checkpoint_requested",
+    "read_ack",
+    "read_progress",
+    "resume_requested",
+    "write_ack",
+]
+
 logger = logging.getLogger(__name__)
 
-PROGRESS_FILE = "progress.json"
-ACK_FILE = "ack.json"
-REQUEST_FILE = "checkpoint_request.json"
-RESUME_FILE = "resume_request.json"
 DEFAULT_WINDOW_S = 60.0
 # A rate needs samples at least this far apart, so the first seconds do not report noise.
 _MIN_SPAN_S = 1.0
@@ -93,9 +106,7 @@ def checkpoint_requested(state_dir: Path, job_id: str | None, restart_count: int
     return str(payload.get("job_id")) == job_id and payload.get("restart_count") == restart_count
 
 
-def resume_requested(
-    state_dir: Path, job_id: str | None, restart_count: int, since: float
-) -> bool:
+def resume_requested(state_dir: Path, job_id: str | None, restart_count: int, since: float) -> bool:
     """Whether resume_request.json calls off the move of this very run, asked at or after
     `since` (Unix seconds; the ack the pause follows), so an old request is not obeyed."""
     payload = read_json(state_dir / RESUME_FILE)

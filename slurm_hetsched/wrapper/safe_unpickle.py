@@ -162,6 +162,8 @@ _PLAIN_TYPES: tuple[type, ...] = (
     collections.deque,
     collections.Counter,
 )
+
+
 def _enum_member(cls: Any, name: Any) -> Any:
     """`getattr(cls, name)`, as some Python 3.11 releases pickle an Enum member, only for a
     member `name` of a registered Enum class `cls`."""

@@ -12,8 +12,9 @@ Loading never runs code from the file, whoever wrote it: the pickle is read by t
 allow-listing unpickler of safe_unpickle.py, and tensors and arrays come only from this
 module's builders, which check dtype, shape and size against the file. `save_object` runs the
 same unpickler over the pickle before it writes, so a job never writes a file it could not
-load. Files are read only if they are regular files (not symlinks) owned by the process's
-effective uid, root included: a file planted by another user is refused (UntrustedFileError).
+load. Files are read and checked by checked_files.py (re-exported here): only regular files
+(not symlinks) of the process's effective uid, root included, so a file planted by another
+user is refused (UntrustedFileError), and only bytes that match their size and CRC-32.
 
 This module neither imports torch nor numpy; it uses them only when they are already loaded
 (saving) or when a file holds their arrays (loading).
@@ -21,21 +22,23 @@ This module neither imports torch nor numpy; it uses them only when they are alr
 
 from __future__ import annotations
 
-import errno
 import io
 import math
 import os
 import pickle
-import stat
 import struct
 import sys
-import threading
-import zlib
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from slurm_hetsched.wrapper.checked_files import (
+    CrcThread,
+    FileDigest,
+    digest_file,
+    open_owned,
+    read_verified,
+)
 from slurm_hetsched.wrapper.safe_unpickle import SafeUnpickler, register_safe_type, torch_globals
 from slurm_hetsched.wrapper.state_errors import (
     CorruptStateError,
@@ -61,60 +64,8 @@ __all__ = [
 
 MAGIC = b"HETSCHED-STATE01"
 _ALIGN = 64
-_CHUNK = 64 << 20  # read size; large enough for full disk speed, small enough to overlap CRC
 _SHARE_MIN_BYTES = 4 << 20  # smaller loaded arrays are copied so they do not pin the file buffer
 _MAX_DIMS = 64  # numpy's limit; a longer shape in a file is damage or an attack
-
-
-@dataclass(frozen=True, slots=True)
-class FileDigest:
-    """Size in bytes and CRC-32 of a whole file."""
-
-    size: int
-    crc32: int
-
-
-class _CrcThread:
-    """CRC-32 over a sequence of buffers in order, on one background thread.
-
-    zlib.crc32 releases the GIL for large buffers, so it runs while the main thread writes or
-    reads the next buffer. Each buffer's owner is kept alive until its CRC is done.
-    """
-
-    def __init__(self) -> None:
-        self.crc = 0
-        self._items: list[tuple[memoryview, Any] | None] = []
-        self._ready = threading.Condition()
-        self._error: BaseException | None = None
-        self._thread = threading.Thread(target=self._run, name="hetsched-crc", daemon=True)
-        self._thread.start()
-
-    def add(self, view: memoryview, owner: Any = None) -> None:
-        with self._ready:
-            self._items.append((view, owner))
-            self._ready.notify()
-
-    def finish(self) -> int:
-        with self._ready:
-            self._items.append(None)
-            self._ready.notify()
-        self._thread.join()
-        if self._error is not None:
-            raise self._error
-        return self.crc
-
-    def _run(self) -> None:
-        try:
-            while True:
-                with self._ready:
-                    while not self._items:
-                        self._ready.wait()
-                    item = self._items.pop(0)
-                if item is None:
-                    return
-                self.crc = zlib.crc32(item[0], self.crc)
-        except BaseException as exc:  # handed to finish()
-            self._error = exc
 
 
 def _pad(offset: int) -> int:
@@ -210,7 +161,7 @@ def save_object(obj: Any, path: Path, *, fsync: bool = True) -> FileDigest:
     pickled = buffer.getvalue()
     _check_loadable(pickled, pickler.sources, str(path))
     header = MAGIC + struct.pack("<Q", len(pickled)) + pickled
-    crc = _CrcThread()
+    crc = CrcThread()
     size = 0
     try:
         with open(path, "xb", buffering=0) as file:
@@ -243,89 +194,6 @@ def _check_loadable(pickled: bytes, sources: list[Any], where: str) -> None:
         raise UnsafeSaveError(f"cannot save {exc}; nothing was written", exc.type_name) from None
     except Exception as exc:
         raise pickle.PicklingError(f"cannot save {where}: it would not load: {exc!r}") from exc
-
-
-# ----------------------------------------------------------------------------- reading
-def open_owned(path: Path) -> io.FileIO:
-    """Open `path` for reading if it is a regular file owned by this process's effective uid.
-
-    Not following a symlink and checking the open file (not the path) leaves no window for a
-    swap; O_NONBLOCK keeps a planted FIFO from blocking the open.
-
-    Raises:
-        UntrustedFileError: a symlink, not a regular file, or owned by another uid.
-        OSError: it cannot be opened (missing, no permission).
-    """
-    flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
-    try:
-        fd = os.open(path, flags)
-    except OSError as exc:
-        if exc.errno != errno.ELOOP:
-            raise
-        owner = os.lstat(path).st_uid
-        raise UntrustedFileError(
-            f"{path} is a symbolic link (owner uid {owner}); state files are never followed "
-            "through links"
-        ) from None
-    try:
-        info = os.fstat(fd)
-        euid = os.geteuid()
-        if not stat.S_ISREG(info.st_mode):
-            raise UntrustedFileError(f"{path} is not a regular file (owner uid {info.st_uid})")
-        if info.st_uid != euid:
-            raise UntrustedFileError(
-                f"{path} belongs to uid {info.st_uid}, not to this job's uid {euid}: refusing "
-                "to read it (planted by another user?)"
-            )
-        return open(fd, "rb", buffering=0)
-    except BaseException:
-        os.close(fd)
-        raise
-
-
-def read_verified(path: Path, expected: FileDigest) -> bytearray:
-    """The whole file, checked against its size and CRC-32.
-
-    Raises:
-        UntrustedFileError: a symlink, not a regular file, or not owned by this process's uid.
-        CorruptStateError: missing, unreadable, wrong size or checksum mismatch.
-    """
-    try:
-        with open_owned(path) as file:
-            size = os.fstat(file.fileno()).st_size
-            if size != expected.size:
-                raise CorruptStateError(
-                    f"{path} has {size} bytes, its checkpoint manifest says {expected.size}"
-                )
-            data = bytearray(size)
-            view = memoryview(data)
-            crc = _CrcThread()
-            done = 0
-            while done < size:
-                got = file.readinto(view[done : done + _CHUNK])
-                if not got:
-                    raise CorruptStateError(f"{path} ended after {done} of {size} bytes")
-                crc.add(view[done : done + got])
-                done += got
-    except OSError as exc:
-        raise CorruptStateError(f"cannot read {path}: {exc}") from exc
-    actual = crc.finish()
-    if actual != expected.crc32:
-        raise CorruptStateError(
-            f"{path}: checksum mismatch (crc32 {actual:08x}, manifest {expected.crc32:08x})"
-        )
-    return data
-
-
-def digest_file(path: Path) -> FileDigest:
-    """Size and CRC-32 of a file written by other means (read back)."""
-    crc = 0
-    size = 0
-    with open(path, "rb", buffering=0) as file:
-        while chunk := file.read(_CHUNK):
-            crc = zlib.crc32(chunk, crc)
-            size += len(chunk)
-    return FileDigest(size, crc)
 
 
 def load_object(data: bytearray, where: str = "<state>") -> Any:

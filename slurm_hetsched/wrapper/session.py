@@ -15,7 +15,8 @@ In a distributed job only rank 0 writes files; all ranks take the same branch (f
 OR-ed over ranks), wait at a barrier after each checkpoint, and load the same checkpoint.
 
 Errors of the wrapper's own machinery (a failed checkpoint write, progress, Slurm lookups) are
-logged and training goes on: a scheduler-side problem never kills training.
+logged and training goes on: a scheduler-side problem never kills training. The ack and the
+pause are handshake.py's; the session decides when they happen.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+from slurm_hetsched.statefolder import checkpoint_name
 from slurm_hetsched.wrapper.checkpoint import (
     CheckpointReader,
     CheckpointStore,
@@ -36,20 +38,13 @@ from slurm_hetsched.wrapper.collective import Collective, LocalCollective
 from slurm_hetsched.wrapper.emulation import StepStretch, build_step_stretch
 from slurm_hetsched.wrapper.env import JobEnvironment
 from slurm_hetsched.wrapper.files import ensure_state_dir
+from slurm_hetsched.wrapper.handshake import Handshake
 from slurm_hetsched.wrapper.placement import NodeGpuLookup, resolve_gpu_type, slurm_node_gpus
-from slurm_hetsched.wrapper.progress import (
-    Ack,
-    ProgressReporter,
-    checkpoint_requested,
-    resume_requested,
-    write_ack,
-)
+from slurm_hetsched.wrapper.progress import ProgressReporter
 from slurm_hetsched.wrapper.signals import SignalFlags
 
 logger = logging.getLogger(__name__)
 
-# How far the controller's clock may be behind this node's when it calls a move off.
-_CLOCK_SKEW_S = 60.0
 TERMINATED_EXIT_STATUS = 143  # 128 + SIGTERM, what a shell reports for a SIGTERM death
 SaveFn = Callable[[CheckpointWriter], None]
 LoadFn = Callable[[CheckpointReader], None]
@@ -131,7 +126,9 @@ class JobSession:
         self.gpu_type = "unknown"
         self.resumed_from: Path | None = None
         self.last_checkpoint: Path | None = None
-        self.acks = 0
+        self.handshake = Handshake(
+            self.env, self.collective, self.flags, clock=clock, wall=wall, sleep=sleep
+        )
         self._gpu_lookup = gpu_lookup
         self._clock = clock
         self._wall = wall
@@ -150,6 +147,11 @@ class JobSession:
     @property
     def finished(self) -> bool:
         return self.total_steps is not None and self.step >= self.total_steps
+
+    @property
+    def acks(self) -> int:
+        """Checkpoints acknowledged so far."""
+        return self.handshake.acks
 
     def start(self) -> JobSession:
         """Prepare the state folder, install the handlers, resume; returns self."""
@@ -207,10 +209,7 @@ class JobSession:
         file before signalling; found here, it is answered as the signal would have been:
         checkpoint (the one just resumed from, if no step ran), ack, pause.
         """
-        pending = self.is_rank_zero and checkpoint_requested(
-            self.env.state_dir, self.env.job_id, self.env.restart_count
-        )
-        (pending,) = self.collective.any([pending])
+        pending = self.handshake.request_waiting()
         if pending and self.env.checkpoint_signal is not None:
             logger.info("a checkpoint was requested while the job was starting: answering it")
             self.flags.checkpoint_requested = True
@@ -273,7 +272,7 @@ class JobSession:
             if path is None:
                 logger.error("checkpoint for the signal failed: no ack, training goes on")
                 return
-            self._acknowledge(path)
+            self.handshake.acknowledge(self.step, path)
             self._pause()
         elif due:
             self.checkpoint()
@@ -320,7 +319,7 @@ class JobSession:
         self._last_checkpoint_at = self._clock()
         if not ok:
             return None
-        self.last_checkpoint = self.store.folder / f"ckpt-{self.step}"
+        self.last_checkpoint = self.store.folder / checkpoint_name(self.step)
         return self.last_checkpoint
 
     def _resume(self) -> None:
@@ -337,69 +336,21 @@ class JobSession:
             logger.info("no checkpoint in %s: starting at step 0", self.env.state_dir)
             return
         self.step = chosen
-        self.resumed_from = self.last_checkpoint = self.store.folder / f"ckpt-{chosen}"
+        self.resumed_from = self.last_checkpoint = self.store.folder / checkpoint_name(chosen)
         logger.info("resumed from %s at step %d", self.resumed_from.name, chosen)
 
-    # ----------------------------------------------------------------- ack and pause
-    def _acknowledge(self, checkpoint: Path) -> None:
-        if self.is_rank_zero:
-            ack = Ack(
-                job_id=self.env.job_id,
-                restart_count=self.env.restart_count,
-                step=self.step,
-                checkpoint=checkpoint.name,
-                written_at=self._wall(),
-            )
-            try:
-                write_ack(self.env.state_dir, ack)
-            except OSError as exc:
-                logger.error("cannot write ack.json: %s; the controller will time out", exc)
-        self.acks += 1
-
+    # ----------------------------------------------------------------- pause
     def _pause(self) -> None:
-        """Hold still until SIGTERM (requeue) or the lease timeout; every rank loops here."""
-        logger.info(
-            "checkpoint %s acknowledged; paused until requeued (lease %.0f s)",
-            self.last_checkpoint.name if self.last_checkpoint else "?",
-            self.lease_timeout_s,
+        """Hold still after the ack until SIGTERM (requeue) or the lease timeout (handshake.py)."""
+        goes_on = self.handshake.pause(
+            self.step,
+            self.last_checkpoint,
+            lease_timeout_s=self.lease_timeout_s,
+            poll_s=self.poll_s,
+            progress=self._progress,
         )
-        if self._progress is not None:
-            self._progress.update(self.step, status="paused", force=True)
-        deadline = self._clock() + self.lease_timeout_s
-        # Requests are timed by the controller's clock, acks by this node's: allow some skew.
-        # The controller removes an old request before every signal, so none can linger.
-        acked_at = self._wall() - _CLOCK_SKEW_S
-        while True:
-            expired = self.is_rank_zero and self._clock() >= deadline
-            resume = self.is_rank_zero and resume_requested(
-                self.env.state_dir, self.env.job_id, self.env.restart_count, acked_at
-            )
-            flags = [self.flags.take_checkpoint_request(), self.flags.terminate_requested]
-            again, terminate, expired, resume = self.collective.any([*flags, expired, resume])
-            if terminate:
-                self._terminate("SIGTERM while paused (requeued, as the protocol expects)")
-            if again:
-                # A controller that restarted may signal again: its ack must be newer.
-                assert self.last_checkpoint is not None
-                self._acknowledge(self.last_checkpoint)
-                deadline = self._clock() + self.lease_timeout_s
-                logger.info("checkpoint signal while paused: acknowledged again")
-                continue
-            if resume:
-                logger.info("the controller called the move off: training on at step %d", self.step)
-                break
-            if expired:
-                logger.warning(
-                    "no requeue within the lease of %.0f s after the ack at step %d: resuming "
-                    "training here (the controller gave up on or has not finished the move)",
-                    self.lease_timeout_s,
-                    self.step,
-                )
-                break
-            self._sleep(self.poll_s)
-        if self._progress is not None:
-            self._progress.reset_window()
-            self._progress.update(self.step, force=True)
+        if not goes_on:
+            self._terminate("SIGTERM while paused (requeued, as the protocol expects)")
 
     def _terminate(self, reason: str) -> None:
         logger.warning("stopping at step %d: %s", self.step, reason)

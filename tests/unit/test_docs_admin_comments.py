@@ -1,7 +1,7 @@
 """The admin comments shown in README.md and docs/*.md are ones the controller can write.
 
 The pattern is pinned to the code both ways: what format_admin_comment and the reasons of
-controller/live.py write must match it, and so must every example in the docs.
+controller/round_report.py write must match it, and so must every example in the docs.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from slurm_hetsched.controller import live
+from slurm_hetsched.controller import round_report
 from slurm_hetsched.controller.admin_comment import (
     PREFIX,
     format_admin_comment,
@@ -81,7 +81,8 @@ def reason_of(held: dict[str, str] | None = None, **outcome: object) -> str:
     fields: dict[str, object] = {"failed": {}, "moved": [], "resubmitted": {}, "started": []}
     fields |= {"stopped": [], "kept": [], "previous_type": {}} | outcome
     placements = {"j": Placement("j", (GpuSlice("n1", "v100", 2),))}
-    return str(live._reason("j", SimpleNamespace(**fields), placements, None, held or {}))  # type: ignore[arg-type]
+    outcome_ = SimpleNamespace(**fields)
+    return round_report.admin_reason("j", outcome_, placements, None, held or {})  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize(

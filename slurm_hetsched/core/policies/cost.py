@@ -2,10 +2,10 @@
 `max_sum_throughput_normalized_by_cost_perf[_SLOs]`, section 4.2).
 
     maximize  sum_m sum_j  x[m, j] * a[m, j] / (num_gpus_m * price_j)
-    subject to the base constraints (base.py)
+    subject to the base constraints (constraints.py)
                and, for the _SLOs variant, throughput(m, x) >= required_m for the SLOs it meets,
 
-with a the normalized rates (base.normalized_rate_matrix; throughput.py says why rates are
+with a the normalized rates (rates.normalized_rate_matrix; throughput.py says why rates are
 normalized) and price_j the price of one GPU-hour of type j (Problem.price_per_hour, from the
 shipped data/gpu_types.toml or the site's override). Each unit of a job's time on type j
 earns its normalized rate per dollar there, so jobs go to the types where they make the most
@@ -31,7 +31,7 @@ So every SLO that can be met is met, and when not all can, as many as possible a
 `Allocation.unmet_slos` lists the jobs whose SLO the returned allocation does not meet (to a
 relative 1e-6); jobs with an unmet SLO still share the cluster by the objective.
 
-Backends "highs" (default) and "cvxpy" give the same optimum (base.maximize_value).
+Backends "highs" (default) and "cvxpy" give the same optimum (value_lp.maximize_value).
 
 No I/O.
 """
@@ -46,20 +46,16 @@ import cvxpy as cp
 import numpy as np
 
 from slurm_hetsched.core.model import Allocation, InvalidProblemError, Problem
-from slurm_hetsched.core.policies.base import (
+from slurm_hetsched.core.policies.base import SolverPolicy
+from slurm_hetsched.core.policies.constraints import (
     NOISE,
     base_constraints,
-    best_rate,
     clean_solution,
-    empty_allocation,
-    maximize_value,
-    normalized_rate_matrix,
-    rate_matrix,
-    rates,
     solve_cvxpy,
 )
-from slurm_hetsched.core.policies.max_min_fairness import check_backend
-from slurm_hetsched.core.policies.options import NO_OPTIONS, PolicyOption, parse_flag
+from slurm_hetsched.core.policies.options import PolicyOption, parse_flag
+from slurm_hetsched.core.policies.rates import best_rate, normalized_rate_matrix, rate_matrix, rates
+from slurm_hetsched.core.policies.value_lp import maximize_value
 from slurm_hetsched.errors import SolverError
 
 # An SLO counts as met when the job's rate is within this (relative) of its required rate.
@@ -144,8 +140,12 @@ def most_slos(
     return chosen
 
 
-class MaxSumThroughputNormalizedByCostPerf:
-    """Heterogeneity-aware throughput per unit cost: jobs on their best types per dollar."""
+class MaxSumThroughputNormalizedByCostPerf(SolverPolicy):
+    """Heterogeneity-aware throughput per unit cost: jobs on their best types per dollar.
+
+    Constructor (base.SolverPolicy): backend "highs" (fast) or "cvxpy"; solver: the cvxpy
+    solver name for the LPs (default HIGHS; the SLO selection MILP always uses HiGHS).
+    """
 
     name: ClassVar[str] = "max_sum_throughput_normalized_by_cost_perf"
     description: ClassVar[str] = (
@@ -156,15 +156,8 @@ class MaxSumThroughputNormalizedByCostPerf:
     # GPUs the cost policy leaves unallocated are unallocated to save money: the round
     # mechanism must not fill them (docs/mechanism.md).
     fills_idle_gpus: ClassVar[bool] = False
-    options: ClassVar[Mapping[str, PolicyOption]] = NO_OPTIONS
+    default_solver: ClassVar[str] = "HIGHS"
     due_dates_as_slos: bool = False
-
-    def __init__(self, backend: str = "highs", solver: str = "HIGHS") -> None:
-        """Args: backend "highs" (fast) or "cvxpy"; solver: the cvxpy solver name for the LPs
-        (the SLO selection MILP always uses HiGHS)."""
-        check_backend(backend)
-        self.backend = backend
-        self.solver = solver
 
     def allocate(self, problem: Problem) -> Allocation:
         """See the module docstring. The objective is sum(value * x), normalized rate per
@@ -174,8 +167,8 @@ class MaxSumThroughputNormalizedByCostPerf:
             InvalidProblemError: no prices (or a price <= 0); SLOs without `steps`.
             SolverError: a solve did not end optimal.
         """
-        if problem.n_jobs == 0:
-            return empty_allocation(problem, self.name)
+        if (empty := self._prologue(problem)) is not None:
+            return empty
         value = value_per_cost(problem, self.name)
         if not self.slos:
             x, solve_s = maximize_value(problem, value, self.backend, self.solver, self.name)

@@ -11,7 +11,7 @@ the slack is then a set of linear rows over x (`Floors`, built by each policy):
 and the stage solves
 
     minimize  sum_{m, j} num_gpus_m (busy_w_j - idle_w_j) x[m, j]   subject to those rows and
-              the base constraints (base.py),
+              the base constraints (constraints.py),
 
 the GPUs' power above idle. The cluster's power is that plus constants: every GPU's idle power
 and the nodes' base power (a node is powered whatever its jobs). So it minimizes the energy
@@ -37,15 +37,15 @@ import scipy.sparse as sp
 
 from slurm_hetsched.core.costs import EnergyModel
 from slurm_hetsched.core.model import InvalidProblemError, Problem
-from slurm_hetsched.core.policies.base import (
+from slurm_hetsched.core.policies.constraints import (
     base_constraints,
     base_rows,
     clean_solution,
-    floor_rows,
     solve_cvxpy,
 )
 from slurm_hetsched.core.policies.lp import INF, RowBlock, SparseLP, solve_highs, stack_rows
 from slurm_hetsched.core.policies.symmetry import JobGroups, group_jobs
+from slurm_hetsched.core.policies.value_lp import floor_rows
 
 # Above this many groups of jobs, HiGHS's interior point method (as max_min_fairness.IPM_ROWS).
 IPM_ROWS = 1000
@@ -141,7 +141,7 @@ def least_power(
         policy, backend ("highs" or "cvxpy"), solver (cvxpy's): as the policy's.
 
     Returns:
-        (x cleaned by base.clean_solution, solve seconds).
+        (x cleaned by constraints.clean_solution, solve seconds).
 
     Raises:
         SolverError: the LP did not end optimal.

@@ -25,7 +25,7 @@ from typing import ClassVar
 import numpy as np
 
 from slurm_hetsched.core.model import Allocation, GpuSlice, Placement, Problem
-from slurm_hetsched.core.policies.andreas import (
+from slurm_hetsched.core.policies.configurations import (
     build_configurations,
     due_and_weight,
     placement_allocation,

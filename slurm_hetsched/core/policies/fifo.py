@@ -1,7 +1,7 @@
 """FIFO: jobs in arrival order get their fastest GPU types (Gavel section 4.2).
 
     maximize  sum_m  c_m * num_gpus_m * throughput(m, x) / throughput(m, X^fastest)
-    subject to the base constraints (base.py),
+    subject to the base constraints (constraints.py),
 
 with c_m = M - rank_m, rank_m the job's position in arrival order (arrival_s, then job id)
 and M the number of jobs, so earlier jobs weigh more. `fifo_perf` is heterogeneity-aware;
@@ -19,7 +19,7 @@ heterogeneity-aware trade: a job may run on a slower type when that lets later j
 than it loses (e.g. it is 10% slower there and a later job can only run on its fastest type).
 
 `order_value` is shared with shortest job first (same LP, another order). Two backends give
-the same optimum (base.maximize_value): "highs" (default, a sparse LP solved by HiGHS
+the same optimum (value_lp.maximize_value): "highs" (default, a sparse LP solved by HiGHS
 directly) and "cvxpy".
 
 No I/O.
@@ -27,22 +27,15 @@ No I/O.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import ClassVar
 
 import numpy as np
 
 from slurm_hetsched.core.model import Allocation, Problem
-from slurm_hetsched.core.policies.base import (
-    best_rate,
-    clean_solution,
-    empty_allocation,
-    fifo_order,
-    maximize_value,
-    rate_matrix,
-)
-from slurm_hetsched.core.policies.max_min_fairness import check_backend
-from slurm_hetsched.core.policies.options import NO_OPTIONS, PolicyOption
+from slurm_hetsched.core.policies.base import SolverPolicy
+from slurm_hetsched.core.policies.constraints import clean_solution
+from slurm_hetsched.core.policies.rates import best_rate, fifo_order, rate_matrix
+from slurm_hetsched.core.policies.value_lp import maximize_value
 
 
 def order_value(problem: Problem, throughput: np.ndarray, rank: np.ndarray) -> np.ndarray:
@@ -58,31 +51,29 @@ def order_value(problem: Problem, throughput: np.ndarray, rank: np.ndarray) -> n
     return np.asarray((weight * problem.num_gpus)[:, None] * speed)
 
 
-class FifoPerf:
-    """Heterogeneity-aware FIFO: in arrival order, each job on its fastest types."""
+class FifoPerf(SolverPolicy):
+    """Heterogeneity-aware FIFO: in arrival order, each job on its fastest types.
+
+    Constructor (base.SolverPolicy): backend "highs" (fast) or "cvxpy"; solver: the cvxpy
+    solver name (default HIGHS).
+    """
 
     name: ClassVar[str] = "fifo_perf"
     description: ClassVar[str] = (
         "FIFO on throughputs: jobs in arrival order get their fastest GPU types (Gavel's "
         "arrival-weighted LP)"
     )
-    options: ClassVar[Mapping[str, PolicyOption]] = NO_OPTIONS
     agnostic: ClassVar[bool] = False
+    default_solver: ClassVar[str] = "HIGHS"
     # The round mechanism leaves GPUs idle rather than run jobs out of arrival order on
     # them (Gavel's code skips FIFO's priority-0 entries): docs/mechanism.md.
     fills_idle_gpus: ClassVar[bool] = False
 
-    def __init__(self, backend: str = "highs", solver: str = "HIGHS") -> None:
-        """Args: backend "highs" (fast) or "cvxpy"; solver: the cvxpy solver name."""
-        check_backend(backend)
-        self.backend = backend
-        self.solver = solver
-
     def allocate(self, problem: Problem) -> Allocation:
         """See the module docstring. The objective is the LP's: sum over jobs of (M - rank) x
         num_gpus x (rate / fastest rate). Raises SolverError if the solve is not optimal."""
-        if problem.n_jobs == 0:
-            return empty_allocation(problem, self.name)
+        if (empty := self._prologue(problem)) is not None:
+            return empty
         value = order_value(problem, rate_matrix(problem, self.agnostic), fifo_order(problem))
         x, solve_s = maximize_value(problem, value, self.backend, self.solver, self.name)
         x = clean_solution(problem, x, self.name)

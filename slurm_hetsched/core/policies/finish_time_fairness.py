@@ -1,11 +1,11 @@
 """Finish-time fairness (Themis' rho, Gavel section 4.2): minimize the worst finish-time ratio.
 
     rho_m(x) = (t_m + steps_m / throughput(m, x)) / (t_m + steps_m / throughput(m, X^isolated))
-    minimize  max_m rho_m(x)  subject to the base constraints (base.py),
+    minimize  max_m rho_m(x)  subject to the base constraints (constraints.py),
 
 as Gavel's implementation defines it: t_m = now_s - arrival_s is the time since the job
 arrived (Gavel's `times_since_start`; it also stands for the paper's t^isolated_m), and
-X^isolated is the weighted equal split, each job w_m / sum(w) of every type (base.equal_split;
+X^isolated is the weighted equal split, each job w_m / sum(w) of every type (rates.equal_split;
 the paper's "1/n of the cluster"). Jobs with 0 steps left are finished and left out of the
 maximum. Since the equal split is feasible, the optimum is at most 1 (sharing incentive).
 
@@ -36,7 +36,7 @@ last basis. A geometric bisection step is taken whenever the bracket does not ha
 always terminates; it stops when the bracket is within TOL (relative).
 
 `finish_time_fairness_perf` is heterogeneity-aware; `finish_time_fairness` is the agnostic
-baseline (base.rate_matrix: each job at its mean rate on every type it can run on). Backends:
+baseline (rates.rate_matrix: each job at its mean rate on every type it can run on). Backends:
 "highs" (default, the searches above) and "cvxpy" (Gavel's one convex program, min max of
 t_m + steps_m * inv_pos(throughput), solved by CLARABEL), which tests check agree.
 
@@ -48,7 +48,6 @@ No I/O.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -56,20 +55,12 @@ import cvxpy as cp
 import numpy as np
 
 from slurm_hetsched.core.model import Allocation, Problem
-from slurm_hetsched.core.policies.base import (
-    base_constraints,
-    best_rate,
-    clean_solution,
-    empty_allocation,
-    equal_split,
-    rate_matrix,
-    rates,
-    solve_cvxpy,
-)
-from slurm_hetsched.core.policies.energy import Floors, least_power, require_energy
+from slurm_hetsched.core.policies.base import EnergySlackPolicy
+from slurm_hetsched.core.policies.constraints import base_constraints, clean_solution, solve_cvxpy
+from slurm_hetsched.core.policies.energy import Floors
 from slurm_hetsched.core.policies.lp import solve_highs
-from slurm_hetsched.core.policies.max_min_fairness import IPM_ROWS, check_backend, rate_lp
-from slurm_hetsched.core.policies.options import ENERGY_OPTIONS, PolicyOption, checked
+from slurm_hetsched.core.policies.max_min_fairness import IPM_ROWS, rate_lp
+from slurm_hetsched.core.policies.rates import best_rate, equal_split, rate_matrix, rates
 from slurm_hetsched.core.policies.speed_classes import SpeedClasses
 from slurm_hetsched.core.policies.symmetry import group_jobs
 from slurm_hetsched.errors import SolverError
@@ -159,8 +150,13 @@ def cut_root(
     return rho
 
 
-class FinishTimeFairnessPerf:
-    """Heterogeneity-aware finish-time fairness: minimize the worst Themis rho."""
+class FinishTimeFairnessPerf(EnergySlackPolicy):
+    """Heterogeneity-aware finish-time fairness: minimize the worst Themis rho.
+
+    Constructor (base.EnergySlackPolicy): backend "highs" (fast) or "cvxpy"; solver: the
+    cvxpy solver name (default CLARABEL); energy_slack: the worst rho may grow by this
+    fraction for less power (energy.py).
+    """
 
     name: ClassVar[str] = "finish_time_fairness_perf"
     description: ClassVar[str] = (
@@ -168,17 +164,6 @@ class FinishTimeFairnessPerf:
         "to finish time on a 1/n share (needs steps)"
     )
     agnostic: ClassVar[bool] = False
-    options: ClassVar[Mapping[str, PolicyOption]] = ENERGY_OPTIONS
-
-    def __init__(
-        self, backend: str = "highs", solver: str = "CLARABEL", energy_slack: float = 0.0
-    ) -> None:
-        """Args: backend "highs" (fast) or "cvxpy"; solver: the cvxpy solver name;
-        energy_slack: the worst rho may grow by this fraction for less power (energy.py)."""
-        check_backend(backend)
-        self.backend = backend
-        self.solver = solver
-        self.energy_slack = checked(self.name, self.options, "energy_slack", energy_slack)
 
     def allocate(self, problem: Problem) -> Allocation:
         """See the module docstring. The objective is max_m rho_m under the returned x.
@@ -188,10 +173,8 @@ class FinishTimeFairnessPerf:
                 no power data.
             SolverError: a solve did not end optimal (or the search did not converge).
         """
-        if self.energy_slack > 0:
-            require_energy(problem, self.name)
-        if problem.n_jobs == 0:
-            return empty_allocation(problem, self.name)
+        if (empty := self._prologue(problem)) is not None:
+            return empty
         steps = problem.require("steps", self.name)
         throughput = rate_matrix(problem, self.agnostic)
         times = FinishTimes.of(problem, throughput, steps)
@@ -207,14 +190,7 @@ class FinishTimeFairnessPerf:
         if self.energy_slack > 0 and worst > 0:
             # rho_m <= (1 + slack) rho* is a rate floor per job: its demand at that rho.
             floor = times.demand((1 + self.energy_slack) * worst)
-            x, more_s = least_power(
-                problem,
-                Floors.per_job(throughput, floor),
-                x,
-                policy=self.name,
-                backend=self.backend,
-                solver=self.solver,
-            )
+            x, more_s = self._least_power(problem, Floors.per_job(throughput, floor), x)
             worst, solve_s, solves = times.worst(rates(throughput, x)), solve_s + more_s, solves + 1
         return Allocation(
             job_ids=problem.job_ids,

@@ -5,11 +5,11 @@ feasibility (appendix A.1; its code stops at 5% precision). The same optimum is 
 tau = 1 / M,
 
     maximize  tau  subject to  throughput(m, x) >= tau * steps_m  (every job m),
-                               the base constraints (base.py),
+                               the base constraints (constraints.py),
 
 because throughput(m, x) >= steps_m / M for all m is exactly "makespan <= M". So the makespan
 is exact, with one solve. `min_total_duration_perf` is heterogeneity-aware;
-`min_total_duration` is the agnostic baseline (base.rate_matrix: every type a job can run on
+`min_total_duration` is the agnostic baseline (rates.rate_matrix: every type a job can run on
 counts at the job's mean rate, so its steps keep their units).
 
 Needs `steps`. Jobs with 0 steps left do not constrain anything (they may still get time).
@@ -28,25 +28,18 @@ No I/O.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import ClassVar
 
 import cvxpy as cp
 import numpy as np
 
 from slurm_hetsched.core.model import Allocation, Problem
-from slurm_hetsched.core.policies.base import (
-    base_constraints,
-    clean_solution,
-    empty_allocation,
-    rate_matrix,
-    rates,
-    solve_cvxpy,
-)
-from slurm_hetsched.core.policies.energy import Floors, least_power, require_energy
+from slurm_hetsched.core.policies.base import EnergySlackPolicy
+from slurm_hetsched.core.policies.constraints import base_constraints, clean_solution, solve_cvxpy
+from slurm_hetsched.core.policies.energy import Floors
 from slurm_hetsched.core.policies.lp import solve_highs
-from slurm_hetsched.core.policies.max_min_fairness import IPM_ROWS, check_backend, rate_lp
-from slurm_hetsched.core.policies.options import ENERGY_OPTIONS, PolicyOption, checked
+from slurm_hetsched.core.policies.max_min_fairness import IPM_ROWS, rate_lp
+from slurm_hetsched.core.policies.rates import rate_matrix, rates
 from slurm_hetsched.core.policies.symmetry import group_jobs
 
 
@@ -56,7 +49,7 @@ def makespan_s(steps: np.ndarray, rate: np.ndarray) -> float:
 
     Args:
         steps: (n_jobs,) steps remaining.
-        rate: (n_jobs,) steps/s (base.rates).
+        rate: (n_jobs,) steps/s (rates.rates).
     """
     left = steps > 0
     if not left.any():
@@ -65,8 +58,13 @@ def makespan_s(steps: np.ndarray, rate: np.ndarray) -> float:
         return float(np.max(steps[left] / rate[left]))
 
 
-class MinTotalDurationPerf:
-    """Heterogeneity-aware minimum makespan, as one LP."""
+class MinTotalDurationPerf(EnergySlackPolicy):
+    """Heterogeneity-aware minimum makespan, as one LP.
+
+    Constructor (base.EnergySlackPolicy): backend "highs" (fast) or "cvxpy"; solver: the
+    cvxpy solver name (default CLARABEL); energy_slack: the makespan may grow by this fraction
+    for less power (energy.py).
+    """
 
     name: ClassVar[str] = "min_total_duration_perf"
     description: ClassVar[str] = (
@@ -74,17 +72,6 @@ class MinTotalDurationPerf:
         "(needs steps)"
     )
     agnostic: ClassVar[bool] = False
-    options: ClassVar[Mapping[str, PolicyOption]] = ENERGY_OPTIONS
-
-    def __init__(
-        self, backend: str = "highs", solver: str = "CLARABEL", energy_slack: float = 0.0
-    ) -> None:
-        """Args: backend "highs" (fast) or "cvxpy"; solver: the cvxpy solver name;
-        energy_slack: the makespan may grow by this fraction for less power (energy.py)."""
-        check_backend(backend)
-        self.backend = backend
-        self.solver = solver
-        self.energy_slack = checked(self.name, self.options, "energy_slack", energy_slack)
 
     def allocate(self, problem: Problem) -> Allocation:
         """See the module docstring.
@@ -94,10 +81,8 @@ class MinTotalDurationPerf:
                 no power data.
             SolverError: the solve did not end optimal.
         """
-        if self.energy_slack > 0:
-            require_energy(problem, self.name)
-        if problem.n_jobs == 0:
-            return empty_allocation(problem, self.name)
+        if (empty := self._prologue(problem)) is not None:
+            return empty
         steps = problem.require("steps", self.name)
         throughput = rate_matrix(problem, self.agnostic)
         solves = 0
@@ -114,14 +99,7 @@ class MinTotalDurationPerf:
         if self.energy_slack > 0 and makespan > 0:
             # Every job with steps left finishes within (1 + slack) x the optimal makespan.
             floor = steps / ((1 + self.energy_slack) * makespan)
-            x, more_s = least_power(
-                problem,
-                Floors.per_job(throughput, floor),
-                x,
-                policy=self.name,
-                backend=self.backend,
-                solver=self.solver,
-            )
+            x, more_s = self._least_power(problem, Floors.per_job(throughput, floor), x)
             makespan, solve_s, solves = makespan_s(steps, rates(throughput, x)), solve_s + more_s, 2
         return Allocation(
             job_ids=problem.job_ids,

@@ -1,7 +1,7 @@
 """Max-min fairness (Gavel's LAS): maximize the smallest weighted normalized rate.
 
-    maximize  min_m  r_m(x) / w_m,   r_m(x) = sum_j a[m, j] x[m, j]   (base.normalized_rate_matrix)
-    subject to the base constraints (base.py).
+    maximize  min_m  r_m(x) / w_m,   r_m(x) = sum_j a[m, j] x[m, j]   (rates.normalized_rate_matrix)
+    subject to the base constraints (constraints.py).
 
 `max_min_fairness_perf` is heterogeneity-aware (a from the measured throughputs);
 `max_min_fairness` is Gavel's agnostic baseline (every throughput 1 where the job can run).
@@ -24,7 +24,6 @@ No I/O.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -32,17 +31,15 @@ import cvxpy as cp
 import numpy as np
 import scipy.sparse as sp
 
-from slurm_hetsched.core.model import Allocation, InvalidProblemError, Problem
-from slurm_hetsched.core.policies.base import (
+from slurm_hetsched.core.model import Allocation, Problem
+from slurm_hetsched.core.policies.base import BACKENDS, EnergySlackPolicy, check_backend
+from slurm_hetsched.core.policies.constraints import (
     base_constraints,
     base_rows,
     clean_solution,
-    empty_allocation,
-    normalized_rate_matrix,
-    normalized_rates,
     solve_cvxpy,
 )
-from slurm_hetsched.core.policies.energy import Floors, least_power, require_energy
+from slurm_hetsched.core.policies.energy import Floors
 from slurm_hetsched.core.policies.lp import (
     INF,
     LpSolution,
@@ -51,10 +48,21 @@ from slurm_hetsched.core.policies.lp import (
     solve_highs,
     stack_rows,
 )
-from slurm_hetsched.core.policies.options import ENERGY_OPTIONS, PolicyOption, checked
+from slurm_hetsched.core.policies.rates import normalized_rate_matrix, normalized_rates
 from slurm_hetsched.core.policies.symmetry import group_jobs
 
-BACKENDS = ("highs", "cvxpy")
+# BACKENDS and check_backend live in base.py, with every solver policy; still importable here.
+__all__ = [
+    "BACKENDS",
+    "IPM_ROWS",
+    "MaxMinFairness",
+    "MaxMinFairnessPerf",
+    "RateLP",
+    "check_backend",
+    "max_min_allocation",
+    "rate_lp",
+]
+
 # Above this many (groups of) jobs, HiGHS's interior point method beats its simplex on the
 # max-min LP (measured in benchmarks/policies.py: 3 s instead of 27 s at 8192 distinct jobs).
 IPM_ROWS = 1000
@@ -66,7 +74,7 @@ class RateLP:
     layout.
 
     Columns are one x entry per runnable (row, type), then t. Rows are the n_rows rate rows,
-    then the base rows (base.base_rows).
+    then the base rows (constraints.base_rows).
     """
 
     lp: SparseLP
@@ -133,7 +141,7 @@ def max_min_allocation(
     """The Allocation of a solver's x, with the max-min objective: min_m rate_m / weight_m.
 
     Raises:
-        SolverError: x is not feasible (base.clean_solution).
+        SolverError: x is not feasible (constraints.clean_solution).
     """
     x = clean_solution(problem, x, policy)
     return Allocation(
@@ -147,13 +155,13 @@ def max_min_allocation(
     )
 
 
-def check_backend(backend: str) -> None:
-    if backend not in BACKENDS:
-        raise InvalidProblemError(f"backend {backend!r}: expected one of {list(BACKENDS)}")
+class MaxMinFairnessPerf(EnergySlackPolicy):
+    """Heterogeneity-aware max-min fairness (Gavel's LAS), weighted and multi-GPU.
 
-
-class MaxMinFairnessPerf:
-    """Heterogeneity-aware max-min fairness (Gavel's LAS), weighted and multi-GPU."""
+    Constructor (base.EnergySlackPolicy): backend "highs" (fast) or "cvxpy"; solver: the
+    cvxpy solver name (default CLARABEL); energy_slack: the fraction of the max-min objective
+    to give up for less power (energy.py; 0 = off).
+    """
 
     name: ClassVar[str] = "max_min_fairness_perf"
     description: ClassVar[str] = (
@@ -161,18 +169,6 @@ class MaxMinFairnessPerf:
         "normalized by each job's equal-share rate (Gavel)"
     )
     agnostic: ClassVar[bool] = False
-    options: ClassVar[Mapping[str, PolicyOption]] = ENERGY_OPTIONS
-
-    def __init__(
-        self, backend: str = "highs", solver: str = "CLARABEL", energy_slack: float = 0.0
-    ) -> None:
-        """Args: backend "highs" (fast) or "cvxpy"; solver: the cvxpy solver name;
-        energy_slack: the fraction of the max-min objective to give up for less power
-        (energy.py; 0 = off)."""
-        check_backend(backend)
-        self.backend = backend
-        self.solver = solver
-        self.energy_slack = checked(self.name, self.options, "energy_slack", energy_slack)
 
     def allocate(self, problem: Problem) -> Allocation:
         """See the module docstring.
@@ -181,10 +177,8 @@ class MaxMinFairnessPerf:
             InvalidProblemError: energy_slack > 0 and the problem has no power data.
             SolverError: a solve is not optimal.
         """
-        if self.energy_slack > 0:
-            require_energy(problem, self.name)
-        if problem.n_jobs == 0:
-            return empty_allocation(problem, self.name)
+        if (empty := self._prologue(problem)) is not None:
+            return empty
         a = normalized_rate_matrix(problem, self.agnostic)
         if self.backend == "cvxpy":
             x, solve_s = self._solve_cvxpy(problem, a)
@@ -195,14 +189,7 @@ class MaxMinFairnessPerf:
             return allocation
         # Every job keeps (1 - slack) of the optimal min weighted rate.
         floor = (1 - self.energy_slack) * allocation.objective * problem.weight
-        x, more_s = least_power(
-            problem,
-            Floors.per_job(a, floor),
-            allocation.x,
-            policy=self.name,
-            backend=self.backend,
-            solver=self.solver,
-        )
+        x, more_s = self._least_power(problem, Floors.per_job(a, floor), allocation.x)
         return max_min_allocation(problem, x, solve_s + more_s, self.name, self.agnostic, 2)
 
     def _solve_highs(self, problem: Problem, a: np.ndarray) -> tuple[np.ndarray, float]:

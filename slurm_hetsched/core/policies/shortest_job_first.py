@@ -23,23 +23,16 @@ No I/O.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import ClassVar
 
 import numpy as np
 
 from slurm_hetsched.core.model import Allocation, Problem
-from slurm_hetsched.core.policies.base import (
-    best_rate,
-    clean_solution,
-    empty_allocation,
-    maximize_value,
-    rate_matrix,
-    rates,
-)
+from slurm_hetsched.core.policies.base import SolverPolicy
+from slurm_hetsched.core.policies.constraints import clean_solution
 from slurm_hetsched.core.policies.fifo import order_value
-from slurm_hetsched.core.policies.max_min_fairness import check_backend
-from slurm_hetsched.core.policies.options import NO_OPTIONS, PolicyOption
+from slurm_hetsched.core.policies.rates import best_rate, rate_matrix, rates
+from slurm_hetsched.core.policies.value_lp import maximize_value
 
 
 def duration_order(problem: Problem, steps: np.ndarray, throughput: np.ndarray) -> np.ndarray:
@@ -53,21 +46,19 @@ def duration_order(problem: Problem, steps: np.ndarray, throughput: np.ndarray) 
     return np.where(unfinished, rank, -1)
 
 
-class ShortestJobFirstPerf:
-    """Heterogeneity-aware shortest job first: shortest job on its fastest type, then the next."""
+class ShortestJobFirstPerf(SolverPolicy):
+    """Heterogeneity-aware shortest job first: shortest job on its fastest type, then the next.
+
+    Constructor (base.SolverPolicy): backend "highs" (fast) or "cvxpy"; solver: the cvxpy
+    solver name (default HIGHS).
+    """
 
     name: ClassVar[str] = "shortest_job_first_perf"
     description: ClassVar[str] = (
         "shortest job first on throughputs: jobs in order of time to finish on their fastest "
         "type each get their fastest GPU types (needs steps)"
     )
-    options: ClassVar[Mapping[str, PolicyOption]] = NO_OPTIONS
-
-    def __init__(self, backend: str = "highs", solver: str = "HIGHS") -> None:
-        """Args: backend "highs" (fast) or "cvxpy"; solver: the cvxpy solver name."""
-        check_backend(backend)
-        self.backend = backend
-        self.solver = solver
+    default_solver: ClassVar[str] = "HIGHS"
 
     def allocate(self, problem: Problem) -> Allocation:
         """See the module docstring.
@@ -76,8 +67,8 @@ class ShortestJobFirstPerf:
             InvalidProblemError: the problem has no `steps`.
             SolverError: the solve did not end optimal.
         """
-        if problem.n_jobs == 0:
-            return empty_allocation(problem, self.name)
+        if (empty := self._prologue(problem)) is not None:
+            return empty
         steps = problem.require("steps", self.name)
         throughput = rate_matrix(problem)
         rank = duration_order(problem, steps, throughput)

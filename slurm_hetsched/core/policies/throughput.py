@@ -1,7 +1,7 @@
 """Maximum total throughput (Gavel's `max_sum_throughput_perf`, section 4.2).
 
-    maximize  sum_m r_m(x),   r_m(x) = sum_j a[m, j] x[m, j]   (base.normalized_rate_matrix)
-    subject to the base constraints (base.py).
+    maximize  sum_m r_m(x),   r_m(x) = sum_j a[m, j] x[m, j]   (rates.normalized_rate_matrix)
+    subject to the base constraints (constraints.py).
 
 Throughputs of different jobs count steps of different models (a language model makes 100
 steps/s where ResNet-50 makes 2), so the sum is over normalized rates, as in max-min fairness:
@@ -11,7 +11,7 @@ second. On one GPU type, a job's normalized rate is num_gpus x (its time fractio
 GPUs), so the policy keeps every GPU busy whenever jobs can use it.
 
 The objective is the sum of normalized rates. Backends "highs" (default) and "cvxpy" give the
-same optimum (base.maximize_value). The allocation is not unique.
+same optimum (value_lp.maximize_value). The allocation is not unique.
 
 Option `energy_slack` (energy.py): give up that fraction of the objective for the allocation
 that draws the least power.
@@ -21,42 +21,32 @@ No I/O.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import ClassVar
 
 import numpy as np
 
 from slurm_hetsched.core.model import Allocation, Problem
-from slurm_hetsched.core.policies.base import (
-    clean_solution,
-    empty_allocation,
-    maximize_value,
-    normalized_rate_matrix,
-)
-from slurm_hetsched.core.policies.energy import Floors, least_power, require_energy
-from slurm_hetsched.core.policies.max_min_fairness import check_backend
-from slurm_hetsched.core.policies.options import ENERGY_OPTIONS, PolicyOption, checked
+from slurm_hetsched.core.policies.base import EnergySlackPolicy
+from slurm_hetsched.core.policies.constraints import clean_solution
+from slurm_hetsched.core.policies.energy import Floors
+from slurm_hetsched.core.policies.rates import normalized_rate_matrix
+from slurm_hetsched.core.policies.value_lp import maximize_value
 
 
-class MaxSumThroughputPerf:
-    """Heterogeneity-aware maximum total (normalized) throughput."""
+class MaxSumThroughputPerf(EnergySlackPolicy):
+    """Heterogeneity-aware maximum total (normalized) throughput.
+
+    Constructor (base.EnergySlackPolicy): backend "highs" (fast) or "cvxpy"; solver: the
+    cvxpy solver name (default HIGHS); energy_slack: the fraction of the total to give up for
+    less power (energy.py).
+    """
 
     name: ClassVar[str] = "max_sum_throughput_perf"
     description: ClassVar[str] = (
         "maximum total throughput: maximize the sum of the jobs' normalized rates (each job's "
         "steps/s over its equal-share rate)"
     )
-    options: ClassVar[Mapping[str, PolicyOption]] = ENERGY_OPTIONS
-
-    def __init__(
-        self, backend: str = "highs", solver: str = "HIGHS", energy_slack: float = 0.0
-    ) -> None:
-        """Args: backend "highs" (fast) or "cvxpy"; solver: the cvxpy solver name;
-        energy_slack: the fraction of the total to give up for less power (energy.py)."""
-        check_backend(backend)
-        self.backend = backend
-        self.solver = solver
-        self.energy_slack = checked(self.name, self.options, "energy_slack", energy_slack)
+    default_solver: ClassVar[str] = "HIGHS"
 
     def allocate(self, problem: Problem) -> Allocation:
         """See the module docstring.
@@ -65,24 +55,15 @@ class MaxSumThroughputPerf:
             InvalidProblemError: energy_slack > 0 and the problem has no power data.
             SolverError: a solve is not optimal.
         """
-        if self.energy_slack > 0:
-            require_energy(problem, self.name)
-        if problem.n_jobs == 0:
-            return empty_allocation(problem, self.name)
+        if (empty := self._prologue(problem)) is not None:
+            return empty
         value = normalized_rate_matrix(problem)
         x, solve_s = maximize_value(problem, value, self.backend, self.solver, self.name)
         x = clean_solution(problem, x, self.name)
         solves = 1
         if self.energy_slack > 0:
             total = (1 - self.energy_slack) * float(np.sum(value * x))
-            x, more_s = least_power(
-                problem,
-                Floors.total(value, total),
-                x,
-                policy=self.name,
-                backend=self.backend,
-                solver=self.solver,
-            )
+            x, more_s = self._least_power(problem, Floors.total(value, total), x)
             solve_s, solves = solve_s + more_s, 2
         return Allocation(
             job_ids=problem.job_ids,

@@ -36,34 +36,45 @@ duals of the growing rows sum to 1 (the dual constraint of s), or s reaches the 
 where a job hits its ceiling. tests/unit/core check the result against the reference
 formulation (an exact test per job, and Gavel's MILP).
 
+Here: the rise (`water_fill`, `_rise`) and the policies. The accounts and the ceiling path
+are in water_path.py, the LP of one level (HiGHS or cvxpy) in water_levels.py.
+
 `max_min_fairness_water_filling` is the heterogeneity-agnostic variant. No I/O.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
-from typing import Any, ClassVar, Protocol
+from collections.abc import Callable
+from typing import ClassVar
 
-import cvxpy as cp
 import numpy as np
 
-from slurm_hetsched.core.model import AccountPolicy, Allocation, Problem
-from slurm_hetsched.core.policies.base import (
-    base_constraints,
-    empty_allocation,
-    normalized_rate_matrix,
-    solve_cvxpy,
-)
-from slurm_hetsched.core.policies.lp import INF, solve_highs
-from slurm_hetsched.core.policies.max_min_fairness import (
-    check_backend,
-    max_min_allocation,
-    rate_lp,
-)
-from slurm_hetsched.core.policies.options import NO_OPTIONS, PolicyOption
-from slurm_hetsched.core.policies.symmetry import JobGroups, group_jobs
+from slurm_hetsched.core.model import Allocation, Problem
+from slurm_hetsched.core.policies.base import SolverPolicy
+from slurm_hetsched.core.policies.lp import INF
+from slurm_hetsched.core.policies.max_min_fairness import max_min_allocation
+from slurm_hetsched.core.policies.rates import normalized_rate_matrix
+from slurm_hetsched.core.policies.symmetry import group_jobs
+from slurm_hetsched.core.policies.water_levels import CvxpyLevels, HighsLevels, Level, LevelSolver
+from slurm_hetsched.core.policies.water_path import TIME_TOL, Hierarchy, Path
 from slurm_hetsched.errors import SolverError
+
+__all__ = [
+    "CEILING_TOL",
+    "DUAL_TOL",
+    "FLOOR_SLACK",
+    "PROBE_TOL",
+    "TIME_TOL",
+    "CvxpyLevels",
+    "Hierarchy",
+    "HighsLevels",
+    "Level",
+    "LevelSolver",
+    "MaxMinFairnessWaterFilling",
+    "MaxMinFairnessWaterFillingPerf",
+    "Path",
+    "water_fill",
+]
 
 # A rate-row dual counts as positive above this fraction of the largest active dual; exact
 # simplex duals of rows that are not tight are 0 up to rounding (~1e-12 relative).
@@ -75,237 +86,6 @@ CEILING_TOL = 1e-9
 FLOOR_SLACK = 1e-9
 # A probe counts as feasible down to this shortfall (solver tolerances are ~1e-9 here).
 PROBE_TOL = 1e-9
-# Path breakpoints closer than this (relative) are merged: a segment that short carries no
-# information and would make its direction ill-conditioned.
-TIME_TOL = 1e-12
-
-
-@dataclass(frozen=True, slots=True)
-class Path:
-    """The demands of the unfrozen jobs as the water rises, if only ceilings stopped it.
-
-    Demands are piecewise linear in the path parameter T (T = 0: the current floors); every
-    breakpoint is a job reaching its ceiling. Per fair account, job m's demand is
-    min(ceiling_m, floor_m + job_weight_m * phi_a(T)); per FIFO account, the job at the head
-    grows at the account weight from its start until its ceiling.
-
-    Attributes:
-        times: (n_breakpoints,) sorted, from 0 to the last ceiling event.
-    """
-
-    times: np.ndarray
-    floor: np.ndarray  # (n_jobs,)
-    ceiling: np.ndarray  # (n_jobs,)
-    # Per fair account: (member job indices, their job weights, T at its breakpoints, phi there).
-    fair_curves: tuple[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray], ...]
-    fifo_jobs: np.ndarray  # (n_fifo,) job indices
-    fifo_start: np.ndarray  # (n_fifo,) T at which each becomes the head
-    fifo_rate: np.ndarray  # (n_fifo,) its account's weight
-
-    def demand(self, t: float) -> np.ndarray:
-        """(n_jobs,) every job's demand at path parameter t (frozen jobs: their floor)."""
-        demand = self.floor.copy()
-        for members, job_weight, curve_t, curve_phi in self.fair_curves:
-            phi = np.interp(t, curve_t, curve_phi)
-            demand[members] = self.floor[members] + job_weight * phi
-        grown = self.fifo_rate * np.maximum(t - self.fifo_start, 0.0)
-        demand[self.fifo_jobs] = self.floor[self.fifo_jobs] + grown
-        return np.asarray(np.minimum(demand, np.maximum(self.ceiling, self.floor)))
-
-    def direction(self, start: int, end: int) -> np.ndarray:
-        """(n_jobs,) growth rates on [times[start], times[end]], which must be one segment
-        (demands are affine there)."""
-        span = self.times[end] - self.times[start]
-        return np.asarray((self.demand(self.times[end]) - self.demand(self.times[start])) / span)
-
-
-@dataclass(frozen=True, slots=True)
-class Hierarchy:
-    """Accounts and their jobs: who grows how fast at each level.
-
-    Attributes:
-        account_weight: (n_accounts,) weight of each account.
-        fifo: (n_accounts,) True where the account serves its jobs FIFO.
-        members: per account, its job indices (FIFO accounts: in (arrival_s, job id) order).
-        job_weight: (n_jobs,) the problem's job weights (used inside fair accounts).
-        of_job: (n_jobs,) account index of each job.
-        fifo_rank: (n_jobs,) position of each job in (arrival_s, job id) order.
-    """
-
-    account_weight: np.ndarray
-    fifo: np.ndarray
-    members: tuple[np.ndarray, ...]
-    job_weight: np.ndarray
-    of_job: np.ndarray
-    fifo_rank: np.ndarray = field(repr=False)
-
-    @classmethod
-    def of(cls, problem: Problem) -> Hierarchy:
-        names, of_job = np.unique(np.array(problem.job_accounts, dtype=str), return_inverse=True)
-        of_job = of_job.reshape(-1)
-        accounts = [problem.account(str(name)) for name in names]
-        order = np.lexsort((np.array(problem.job_ids, dtype=str), problem.arrival_s))
-        rank = np.empty(problem.n_jobs, dtype=np.int64)
-        rank[order] = np.arange(problem.n_jobs)
-        weights = np.array([a.weight for a in accounts])
-        return cls(
-            account_weight=weights / weights.sum(),  # only ratios matter; keeps duals O(1)
-            fifo=np.array([a.policy is AccountPolicy.FIFO for a in accounts]),
-            members=tuple(order[of_job[order] == a] for a in range(len(accounts))),
-            job_weight=np.asarray(problem.weight, dtype=float),
-            of_job=of_job,
-            fifo_rank=rank,
-        )
-
-    def group_features(self) -> np.ndarray:
-        """(n_jobs, 3) what sets jobs apart in the hierarchy (for symmetry.group_jobs)."""
-        rank = np.where(self.fifo[self.of_job], self.fifo_rank, -1)
-        return np.column_stack([self.of_job, self.job_weight, rank]).astype(float)
-
-    def path(self, floor: np.ndarray, frozen: np.ndarray, ceiling: np.ndarray) -> Path:
-        """The ceiling-event path from the current floors (see Path)."""
-        fair_curves = []
-        fifo_jobs, fifo_start, fifo_rate = [], [], []
-        events = [np.zeros(1)]
-        for account, members in enumerate(self.members):
-            members = members[~frozen[members]]
-            if members.size == 0:
-                continue
-            weight = self.account_weight[account]
-            room = np.maximum(ceiling[members] - floor[members], 0.0)
-            if self.fifo[account]:
-                # The head grows at the account weight; the next starts when it saturates.
-                ends = np.cumsum(room / weight)
-                fifo_jobs.append(members)
-                fifo_start.append(ends - room / weight)
-                fifo_rate.append(np.full(members.size, weight))
-                events.append(ends)
-                continue
-            # Fair: phi, the growth per unit job weight, rises at weight / (job weight still
-            # growing); job m saturates when phi reaches room_m / job_weight_m.
-            job_weight = self.job_weight[members]
-            need = room / job_weight
-            order = np.argsort(need, kind="stable")
-            growing = np.cumsum(job_weight[order][::-1])[::-1]  # before each saturation
-            curve_phi = np.r_[0.0, need[order]]
-            curve_t = np.r_[0.0, np.cumsum(np.diff(curve_phi) * growing / weight)]
-            fair_curves.append((members, job_weight, curve_t, curve_phi))
-            events.append(curve_t[1:])
-        times = np.unique(np.concatenate(events))
-        keep = np.r_[True, np.diff(times) > TIME_TOL * max(float(times[-1]), 1.0)]
-        return Path(
-            times=times[keep],
-            floor=floor,
-            ceiling=ceiling,
-            fair_curves=tuple(fair_curves),
-            fifo_jobs=np.concatenate(fifo_jobs) if fifo_jobs else np.zeros(0, dtype=np.int64),
-            fifo_start=np.concatenate(fifo_start) if fifo_start else np.zeros(0),
-            fifo_rate=np.concatenate(fifo_rate) if fifo_rate else np.zeros(0),
-        )
-
-
-@dataclass(frozen=True, slots=True)
-class Level:
-    """One LP's result, per job.
-
-    Attributes:
-        x: (n_jobs, n_types) time fractions.
-        t: the LP's optimal t.
-        dual: (n_jobs,) magnitude of the dual of each job's rate row.
-        solve_s: solver-reported seconds.
-    """
-
-    x: np.ndarray
-    t: float
-    dual: np.ndarray
-    solve_s: float
-
-
-class LevelSolver(Protocol):
-    """Solves `maximize t <= t_max s.t. r(x) >= floor + weight * t, base constraints`.
-
-    Returns None if that LP is infeasible, which only happens when the rows with weight 0
-    cannot all keep their floors; any other failure raises SolverError.
-    """
-
-    def solve(self, floor: np.ndarray, weight: np.ndarray, t_max: float = INF) -> Level | None: ...
-
-
-def _infeasible(error: SolverError) -> bool:
-    return error.status.lower().startswith("infeasible")
-
-
-class HighsLevels:
-    """The LPs over groups of identical jobs, warm-started, solved by HiGHS directly."""
-
-    def __init__(self, problem: Problem, a: np.ndarray, groups: JobGroups, policy: str) -> None:
-        self._problem = problem
-        self._groups = groups
-        self._rep = groups.representative
-        self._a = a[self._rep]
-        self._gpus = problem.num_gpus[self._rep] * groups.size
-        self._policy = policy
-        self._basis: Any = None
-
-    def solve(self, floor: np.ndarray, weight: np.ndarray, t_max: float = INF) -> Level | None:
-        lp = rate_lp(
-            self._a, self._gpus, self._problem.capacity, weight[self._rep], floor[self._rep], t_max
-        )
-        try:
-            solution = solve_highs(
-                lp.lp,
-                policy=self._policy,
-                n_jobs=self._problem.n_jobs,
-                n_types=self._problem.n_types,
-                warm_start=self._basis,
-            )
-        except SolverError as error:
-            if _infeasible(error):
-                return None
-            raise
-        self._basis = solution.basis
-        x, t, dual = lp.unpack(solution)
-        return Level(self._groups.expand(x), t, self._groups.expand(dual), solution.solve_s)
-
-
-class CvxpyLevels:
-    """The same LPs in plain cvxpy, one row per job. Floors, weights and the bound on t are
-    parameters (DPP), so each program is compiled once and re-solved."""
-
-    def __init__(self, problem: Problem, a: np.ndarray, policy: str, solver: str) -> None:
-        self._problem = problem
-        self._policy = policy
-        self._solver = solver
-        self._x = cp.Variable(a.shape, nonneg=True)  # (n_jobs, n_types) time fractions
-        self._t = cp.Variable()
-        self._floor = cp.Parameter(problem.n_jobs)
-        self._weight = cp.Parameter(problem.n_jobs, nonneg=True)
-        self._t_max = cp.Parameter()
-        rate = cp.sum(cp.multiply(a, self._x), axis=1)  # (n_jobs,) normalized rates
-        self._rate_rows = rate >= self._floor + cp.multiply(self._weight, self._t)
-        rows = [self._rate_rows, *base_constraints(self._x, problem)]
-        self._open = cp.Problem(cp.Maximize(self._t), rows)
-        self._bounded = cp.Problem(cp.Maximize(self._t), [*rows, self._t <= self._t_max])
-
-    def solve(self, floor: np.ndarray, weight: np.ndarray, t_max: float = INF) -> Level | None:
-        self._floor.value = floor
-        self._weight.value = weight
-        program = self._open
-        if np.isfinite(t_max):
-            self._t_max.value = t_max
-            program = self._bounded
-        try:
-            solve_s = solve_cvxpy(program, self._policy, self._problem, self._solver)
-        except SolverError as error:
-            if _infeasible(error):
-                return None
-            raise
-        return Level(
-            x=np.asarray(self._x.value),
-            t=float(self._t.value),
-            dual=np.abs(np.asarray(self._rate_rows.dual_value, dtype=float)),
-            solve_s=solve_s,
-        )
 
 
 def water_fill(
@@ -415,31 +195,27 @@ def _rise(
     return level, float(times[start] + max(level.t, 0.0)), False
 
 
-class MaxMinFairnessWaterFillingPerf:
-    """Hierarchical (account, then job) max-min fairness by water filling, heterogeneity-aware."""
+class MaxMinFairnessWaterFillingPerf(SolverPolicy):
+    """Hierarchical (account, then job) max-min fairness by water filling, heterogeneity-aware.
+
+    Constructor (base.SolverPolicy): backend "highs" (fast, grouped) or "cvxpy"; solver: the
+    cvxpy solver name. The cvxpy backend defaults to HiGHS too: bottleneck detection reads
+    dual values, and a simplex solver's are exact where an interior-point solver's are only
+    near zero.
+    """
 
     name: ClassVar[str] = "max_min_fairness_water_filling_perf"
     description: ClassVar[str] = (
         "max-min fairness by water filling: raises every job that is not a bottleneck; "
         "accounts share by weight, fair or FIFO inside (Gavel hierarchical)"
     )
-    options: ClassVar[Mapping[str, PolicyOption]] = NO_OPTIONS
     agnostic: ClassVar[bool] = False
-
-    def __init__(self, backend: str = "highs", solver: str = "HIGHS") -> None:
-        """Args: backend "highs" (fast, grouped) or "cvxpy"; solver: the cvxpy solver name.
-
-        The cvxpy backend defaults to HiGHS too: bottleneck detection reads dual values, and a
-        simplex solver's are exact where an interior-point solver's are only near zero.
-        """
-        check_backend(backend)
-        self.backend = backend
-        self.solver = solver
+    default_solver: ClassVar[str] = "HIGHS"
 
     def allocate(self, problem: Problem) -> Allocation:
         """See the module docstring. Raises SolverError if an LP is not optimal."""
-        if problem.n_jobs == 0:
-            return empty_allocation(problem, self.name)
+        if (empty := self._prologue(problem)) is not None:
+            return empty
         a = normalized_rate_matrix(problem, self.agnostic)
         hierarchy = Hierarchy.of(problem)
         levels: LevelSolver

@@ -22,7 +22,7 @@ from slurm_hetsched.controller.enact import EnactSettings, Journal, SlurmEnactor
 from slurm_hetsched.controller.jobview import ManagedJob, SlurmView
 from slurm_hetsched.core.model import ClusterSnapshot
 from slurm_hetsched.slurm.backend import CliSlurmBackend
-from slurm_hetsched.wrapper.files import state_folder
+from slurm_hetsched.statefolder import state_folder
 from slurm_hetsched.wrapper.progress import Ack, write_ack
 
 UID = os.getuid()

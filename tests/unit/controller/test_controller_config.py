@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from slurm_hetsched.cli import DEFAULT_CONFIG, main
-from slurm_hetsched.controller import config as config_module
+from slurm_hetsched.controller import config_keys
 from slurm_hetsched.controller.commands import service_settings
 from slurm_hetsched.controller.config import ConfigError, ControllerConfig, load_config
 from slurm_hetsched.errors import HetschedError
@@ -67,7 +67,7 @@ def test_shipped_file_states_the_real_defaults() -> None:
 
 def test_every_key_of_the_shipped_file_is_known_and_every_known_key_is_shown() -> None:
     shown = _documented_keys()
-    known = {(section, key) for section, keys in config_module._KEYS.items() for key in keys}
+    known = {(section, key) for section, keys in config_keys.KEYS.items() for key in keys}
     assert {(section, key) for section, key, _ in shown} == known
     assert len(shown) == len(known), "a key is shown twice"
 
@@ -105,7 +105,7 @@ def test_the_admin_guide_lists_every_key_with_its_default() -> None:
         if match := re.match(r"^\| `([a-z_]+\.[a-z_]+)` \| ([^|]+) \|", line):
             rows[match.group(1)] = match.group(2).strip()
     defaults = ControllerConfig()
-    for section, keys in config_module._KEYS.items():
+    for section, keys in config_keys.KEYS.items():
         for key, (name, _) in keys.items():
             cell = rows.pop(f"{section}.{key}")
             value = getattr(defaults, name)

@@ -21,7 +21,7 @@ from controller_builders import (
     slurm_node,
 )
 
-from slurm_hetsched.controller.jobview import Progress, SlurmView, build_view, expand_nodes
+from slurm_hetsched.controller.jobview import Progress, SlurmView, build_view
 from slurm_hetsched.core.model import Job
 from slurm_hetsched.slurm.records import JobState, SlurmJob, SlurmNode
 
@@ -298,13 +298,6 @@ def test_spec_fields_reach_the_snapshot() -> None:
     job = snapshot_job(v, "95")
     assert (job.weight, job.tardiness_weight, job.user) == (2.5, 0.5, "bob")
     assert job.due_s == 1_893_456_000.0
-
-
-def test_expand_nodes() -> None:
-    assert expand_nodes("") == []
-    assert expand_nodes("n1") == ["n1"]
-    assert expand_nodes("n[1-3],gpu7") == ["n1", "n2", "n3", "gpu7"]
-    assert expand_nodes("a[01-02],b[5,7]") == ["a01", "a02", "b5", "b7"]
 
 
 def test_jobs_are_refused_when_no_gpu_type_of_the_cluster_is_profiled() -> None:

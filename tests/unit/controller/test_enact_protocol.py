@@ -371,7 +371,7 @@ def kills(monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, int]]:
         kills.append((pid, sig))
         raise Killed
 
-    monkeypatch.setattr("slurm_hetsched.controller.enact.os.kill", kill)
+    monkeypatch.setattr("slurm_hetsched.controller.enact_steps.os.kill", kill)
     return kills
 
 

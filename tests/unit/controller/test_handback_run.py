@@ -19,9 +19,9 @@ from slurm_hetsched.controller.service import ControllerRunningError, SingleCont
 from slurm_hetsched.controller.statefiles import JobFolder, write_checkpoint_request
 from slurm_hetsched.errors import InvalidRequestError, SlurmCommandError, UnknownJobError
 from slurm_hetsched.slurm.records import JobState, JobUpdate, SlurmJob
+from slurm_hetsched.statefolder import RESUME_FILE
 from slurm_hetsched.store.sqlite import SqliteStore
 from slurm_hetsched.wrapper.files import read_json
-from slurm_hetsched.wrapper.progress import RESUME_FILE
 
 ME = os.geteuid()
 MANAGED = "hetsched r=7 v100x1@n1 share=v100:1 prio=1 started"

@@ -9,15 +9,10 @@ from pathlib import Path
 import pytest
 from wrapper_fakes import FakeClock, make_env
 
-from slurm_hetsched.wrapper.files import (
-    StateDirError,
-    ensure_state_dir,
-    state_folder,
-    write_json_atomic,
-)
+from slurm_hetsched.statefolder import state_folder
+from slurm_hetsched.wrapper.files import StateDirError, ensure_state_dir, write_json_atomic
 from slurm_hetsched.wrapper.placement import (
     Placement,
-    expand_hostlist,
     read_placement,
     resolve_gpu_type,
     write_placement,
@@ -108,10 +103,14 @@ def test_placement_round_trip_and_malformed(tmp_path: Path) -> None:
     assert read_placement(tmp_path) is None
 
 
-def test_hostlist_expansion() -> None:
-    assert expand_hostlist("n[01-03]") == ["n01", "n02", "n03"]
-    assert expand_hostlist("gpu7") == ["gpu7"]
-    assert expand_hostlist("n[a-b]") == ["n[a-b]"]
+def test_placement_nodes_in_slurm_host_list_notation(tmp_path: Path) -> None:
+    # The whole list, not one term: a bracket group never swallows the names after it.
+    (tmp_path / "placement.json").write_text('{"gpu_type": "v100", "nodes": "n[1-2],gpu7"}')
+    placement = read_placement(tmp_path)
+    assert placement is not None and placement.nodes == ("n1", "n2", "gpu7")
+    (tmp_path / "placement.json").write_text('{"gpu_type": "v100", "nodes": ["gpu[01-03,7]", "x"]}')
+    placement = read_placement(tmp_path)
+    assert placement is not None and placement.nodes == ("gpu01", "gpu02", "gpu03", "gpu7", "x")
 
 
 def test_gpu_type_sources_in_order(tmp_path: Path) -> None:

@@ -1,0 +1,92 @@
+"""`hetsched devcluster`: its arguments, and bringing the local Slurm dev cluster up or down."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shlex
+from pathlib import Path
+
+
+def add_devcluster(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser(
+        "devcluster",
+        help="bring a local Slurm 22.05 cluster with fake typed GPUs up or down",
+        description=(
+            "A real slurmctld and one slurmd per node on this machine, with fake typed GPUs, "
+            "for the demo, the tests and trying the controller. Needs root; installs Slurm "
+            "and munge from Debian's packages when they are missing."
+        ),
+    )
+    p.add_argument(
+        "--config",
+        type=Path,
+        help="node layout (TOML); default: etc/devcluster.toml of this checkout, "
+        "else the built-in n1=2xv100, n2=2xp100, n3=4xk80",
+    )
+    p.add_argument(
+        "--dir",
+        type=Path,
+        help="folder holding the cluster's config, state, logs and pid files; default: "
+        "$HETSCHED_DEVCLUSTER_DIR, else .devcluster/ of this checkout, else a folder in the "
+        "system temp dir",
+    )
+    actions = p.add_subparsers(dest="action", required=True, metavar="ACTION")
+    up = actions.add_parser(
+        "up",
+        help="install if needed, start, wait until every node is idle",
+        description=(
+            "Install Slurm and munge if missing, start the daemons that are not running and "
+            "wait until every node is idle. A slurmctld that died is restarted from the state "
+            "it saved, so queued and running jobs are kept; after `down` (which cancels every "
+            "job) and on the first start, slurmctld starts clean."
+        ),
+    )
+    up.add_argument(
+        "--spank",
+        action="append",
+        type=Path,
+        metavar="PATH",
+        help="register this SPANK plugin .so as `optional` in etc/plugstack.conf (repeatable; "
+        "the list replaces the registered one; build ours with `make -C spank`). On a running "
+        "cluster new jobs get it at once",
+    )
+    up.add_argument(
+        "--clean",
+        action="store_true",
+        help="start slurmctld without the state it saved, discarding every saved job and node "
+        "state (a stopped cluster only: run `down` first). Without it, a cluster whose "
+        "slurmctld died is restarted with its jobs; after `down` it starts clean anyway",
+    )
+    actions.add_parser(
+        "install",
+        help="only install Slurm, its headers and munge from Debian's packages if missing",
+    )
+    actions.add_parser("down", help="cancel all jobs and stop the daemons this tool started")
+    actions.add_parser("status", help="print nodes, GPU types and jobs")
+    actions.add_parser("env", help="print `export SLURM_CONF=...` for this cluster (for eval)")
+
+
+def devcluster_command(args: argparse.Namespace) -> int:
+    from slurm_hetsched.devcluster import DevCluster, default_config_path, default_dir
+    from slurm_hetsched.nodelayout import load_devcluster_config
+
+    config_path = args.config or default_config_path()
+    config = load_devcluster_config(config_path)
+    folder = args.dir or (
+        Path(os.environ["HETSCHED_DEVCLUSTER_DIR"])
+        if os.environ.get("HETSCHED_DEVCLUSTER_DIR")
+        else default_dir()
+    )
+    cluster = DevCluster(config, folder.resolve())
+    if args.action == "up":
+        print(cluster.up(spank_plugins=args.spank, clean=args.clean))
+    elif args.action == "install":
+        print(cluster.install())
+    elif args.action == "down":
+        print(cluster.down())
+    elif args.action == "status":
+        print(cluster.status())
+    elif args.action == "env":
+        print(f"export SLURM_CONF={shlex.quote(str(cluster.slurm_conf))}")
+    return 0

@@ -1,0 +1,63 @@
+"""How the value types stay frozen and valid: checked, read-only copies of the arrays and mappings
+they are given, and `InvalidProblemError`, raised when a value is malformed.
+
+Every value type of `core.model` normalises its fields in `__post_init__` with these helpers, so
+a frozen value stays frozen: its arrays cannot be written and its mappings cannot be changed.
+"""
+
+from __future__ import annotations
+
+import types
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from slurm_hetsched.errors import HetschedError
+
+EMPTY: Mapping[str, Any] = types.MappingProxyType({})  # default of every mapping field
+
+
+class InvalidProblemError(HetschedError, ValueError):
+    """A problem (or a piece of one) is malformed; the message names the job, type or key."""
+
+
+def frozen_mapping(value: Mapping[str, Any] | None) -> Mapping[str, Any]:
+    """A read-only copy of `value` ({} for None)."""
+    return types.MappingProxyType(dict(value or {}))
+
+
+def frozen_array(
+    value: Any,
+    dtype: type,
+    what: str,
+    shape: tuple[int, ...],
+    *,
+    allow_nan: bool = False,
+    allow_inf: bool = False,
+) -> np.ndarray:
+    """A read-only copy of `value` with the given dtype and shape; raises on a mismatch.
+
+    NaN and +inf are rejected unless allowed (they mean "none" for due dates and SLOs).
+    """
+    try:
+        array: np.ndarray = np.array(value, dtype=dtype, copy=True)
+    except (TypeError, ValueError) as exc:
+        raise InvalidProblemError(f"{what}: not numeric ({exc})") from None
+    if array.shape != shape:
+        raise InvalidProblemError(f"{what}: shape {array.shape}, expected {shape}")
+    if array.dtype.kind == "f":
+        bad = np.isneginf(array)
+        if not allow_nan:
+            bad |= np.isnan(array)
+        if not allow_inf:
+            bad |= np.isposinf(array)
+        if bad.any():
+            raise InvalidProblemError(f"{what}: non-finite value {array[bad].flat[0]!r}")
+    array.flags.writeable = False
+    return array
+
+
+def set_field(obj: object, name: str, value: object) -> None:
+    """Assign a field of a frozen dataclass during its own __post_init__ (normalisation)."""
+    object.__setattr__(obj, name, value)

@@ -1,0 +1,39 @@
+"""Where a job runs: `GpuSlice` (some GPUs of one type on one node) and `Placement` (all of one
+job's GPUs for a round, possibly over several nodes of one type).
+
+Placements appear in a problem (what runs now), in an allocation (placement policies) and in
+the round mechanism's state and plans.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class GpuSlice:
+    """`count` GPUs of `gpu_type` on `node`."""
+
+    node: str
+    gpu_type: str
+    count: int
+
+
+@dataclass(frozen=True, slots=True)
+class Placement:
+    """Where one job runs for one round: its GPUs, possibly spread over nodes of one type."""
+
+    job_id: str
+    slices: tuple[GpuSlice, ...]
+
+    @property
+    def num_gpus(self) -> int:
+        return sum(s.count for s in self.slices)
+
+    @property
+    def gpu_types(self) -> tuple[str, ...]:
+        return tuple(sorted({s.gpu_type for s in self.slices}))
+
+    @property
+    def nodes(self) -> tuple[str, ...]:
+        return tuple(dict.fromkeys(s.node for s in self.slices))

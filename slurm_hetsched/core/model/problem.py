@@ -1,0 +1,358 @@
+"""The `Problem` every policy receives, in matrix form, and its validation.
+
+Rows are `job_ids`, columns `gpu_types`. Construction checks every field (shapes, finiteness,
+signs, unique ids, nodes against capacity, running placements against the nodes) and freezes it,
+so a policy can trust what it reads. `PackedPairs` are its space-sharing candidates; `rates_at`
+extends the measured throughputs to other GPU counts (`SUBLINEAR_EXPONENT`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from slurm_hetsched.core.model.accounts import Account
+from slurm_hetsched.core.model.cluster import Node
+from slurm_hetsched.core.model.energy import EnergyModel
+from slurm_hetsched.core.model.frozen import (
+    EMPTY,
+    InvalidProblemError,
+    frozen_array,
+    frozen_mapping,
+    set_field,
+)
+from slurm_hetsched.core.model.placement import Placement
+
+# Speed-up with more GPUs is sub-linear (ANDREAS): where a job's steps/s at g GPUs is not
+# measured, it is rate(g0) * (g / g0) ** SUBLINEAR_EXPONENT from the nearest measured count g0
+# (Problem.rates_at). 0.8 gives 1.74x on 2 GPUs and 3.03x on 4; the shipped Gavel table's
+# 1 -> 2/4/8-GPU ratios lie mostly between exponents 0.6 and 1.
+SUBLINEAR_EXPONENT = 0.8
+
+
+@dataclass(frozen=True, slots=True)
+class PackedPairs:
+    """Space-sharing candidates: pairs of jobs that may share one set of GPUs.
+
+    Attributes:
+        pairs: (n_pairs, 2) int job indices (rows of the problem), a != b.
+        throughput: (n_pairs, n_types, 2) steps/s of each job of the pair while they share
+            GPUs of that type; 0 = the pair cannot share that type.
+    """
+
+    pairs: np.ndarray  # (n_pairs, 2) int
+    throughput: np.ndarray  # (n_pairs, n_types, 2) steps/s
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Problem:
+    """What every policy receives: one allocation problem in matrix form.
+
+    Rows are `job_ids`, columns `gpu_types`. Each policy reads the fields it needs and ignores
+    the others; an optional field a policy needs but the problem lacks is reported by name.
+
+    Attributes:
+        job_ids: job keys, unique.
+        gpu_types: GPU type names, unique.
+        throughput: (n_jobs, n_types) steps/s of each job at its own `num_gpus` on that type;
+            0 = cannot run there.
+        capacity: (n_types,) GPUs of each type the policy may hand out.
+        num_gpus: (n_jobs,) int64 GPUs each job uses at once (Gavel's scale factor), >= 1.
+        weight: (n_jobs,) priority weights, > 0 (default 1).
+        job_accounts: (n_jobs,) account of each job (default "" for all: one account).
+        accounts: account name -> Account; an account not listed has weight 1 and is fair.
+        arrival_s: (n_jobs,) arrival times on the problem's clock (default 0).
+        now_s: the problem's current time (default 0; the what-if format counts from it).
+        steps: (n_jobs,) steps remaining, >= 0; None if the caller has none.
+        due_s: (n_jobs,) due dates, NaN = none; None if no job has one.
+        tardiness_weight: (n_jobs,) cost per second late; None if not given.
+        slo_s: (n_jobs,) completion-time objectives from arrival, inf = none; None if not given.
+        received_s: (n_jobs, n_types) seconds received per type since the allocation reset.
+        packed: pair throughputs for space sharing, or None.
+        price_per_hour: (n_types,) price per GPU-hour, or None.
+        nodes: the nodes behind `capacity`, for policies that place jobs on nodes (ANDREAS and
+            the exclusive baselines); () when the problem gives only GPU counts. If given,
+            `capacity` is their free GPUs per type (available nodes, minus `gpus_in_use`).
+        running: job -> where it runs now (jobs not running are absent); placement policies
+            keep (exclusive baselines) or re-plan (ANDREAS) these. Needs `nodes`.
+        allowed_gpus: (n_jobs,) the GPU counts each job may run with, ascending, the smallest
+            being its `num_gpus`; None = every job runs on exactly its `num_gpus` (live jobs).
+        throughput_at: (n_jobs, n_types, max_gpus) steps/s on 1..max_gpus GPUs, NaN = not
+            measured; None = only `throughput` (at num_gpus) is known. See `rates_at`.
+        energy: power and price data for energy costs (core/costs.py), or None.
+        runnable: derived, (n_jobs, n_types) bool: throughput > 0 and the type has at least
+            `num_gpus` GPUs (a job's GPUs are all of one type).
+
+    Raises:
+        InvalidProblemError: on bad shapes, non-finite or negative values, duplicate ids, zero
+            total capacity with jobs present, or a job that no GPU type can run; nodes that
+            disagree with `capacity`, a running placement on GPUs the nodes do not have, or
+            allowed GPU counts that do not start at `num_gpus`.
+    """
+
+    job_ids: tuple[str, ...]
+    gpu_types: tuple[str, ...]
+    throughput: np.ndarray  # (n_jobs, n_types) steps/s at the job's num_gpus; 0 = cannot run
+    capacity: np.ndarray  # (n_types,) GPUs
+    num_gpus: np.ndarray = None  # type: ignore[assignment]  # (n_jobs,) int; default 1
+    weight: np.ndarray = None  # type: ignore[assignment]  # (n_jobs,); default 1
+    job_accounts: tuple[str, ...] = ()  # (n_jobs,); default all ""
+    accounts: Mapping[str, Account] = field(default_factory=lambda: EMPTY)
+    arrival_s: np.ndarray = None  # type: ignore[assignment]  # (n_jobs,) s; default 0
+    now_s: float = 0.0
+    steps: np.ndarray | None = None  # (n_jobs,) steps remaining
+    due_s: np.ndarray | None = None  # (n_jobs,) s; NaN = none
+    tardiness_weight: np.ndarray | None = None  # (n_jobs,) cost per s late
+    slo_s: np.ndarray | None = None  # (n_jobs,) s; inf = none
+    received_s: np.ndarray | None = None  # (n_jobs, n_types) s
+    packed: PackedPairs | None = None
+    price_per_hour: np.ndarray | None = None  # (n_types,)
+    nodes: tuple[Node, ...] = ()
+    running: Mapping[str, Placement] = field(default_factory=lambda: EMPTY)
+    allowed_gpus: tuple[tuple[int, ...], ...] | None = None  # (n_jobs,)
+    throughput_at: np.ndarray | None = None  # (n_jobs, n_types, max_gpus) steps/s; NaN = unknown
+    energy: EnergyModel | None = None
+    runnable: np.ndarray = field(init=False, repr=False, compare=False)  # (n_jobs, n_types) bool
+
+    def __post_init__(self) -> None:
+        n, k = len(self.job_ids), len(self.gpu_types)
+
+        def set_(name: str, value: object) -> None:
+            set_field(self, name, value)
+
+        set_("job_ids", tuple(self.job_ids))
+        set_("gpu_types", tuple(self.gpu_types))
+        _check_unique(self.job_ids, "job id")
+        _check_unique(self.gpu_types, "GPU type")
+        set_("throughput", frozen_array(self.throughput, float, "throughput", (n, k)))
+        set_("capacity", frozen_array(self.capacity, float, "capacity", (k,)))
+        num_gpus = np.ones(n) if self.num_gpus is None else self.num_gpus
+        set_("num_gpus", frozen_array(num_gpus, float, "num_gpus", (n,)))
+        weight = np.ones(n) if self.weight is None else self.weight
+        set_("weight", frozen_array(weight, float, "weight", (n,)))
+        arrival = np.zeros(n) if self.arrival_s is None else self.arrival_s
+        set_("arrival_s", frozen_array(arrival, float, "arrival_s", (n,)))
+        accounts = self.job_accounts or ("",) * n
+        if len(accounts) != n:
+            raise InvalidProblemError(f"job_accounts: {len(accounts)} entries for {n} jobs")
+        set_("job_accounts", tuple(accounts))
+        set_("accounts", frozen_mapping(self.accounts))
+        for name, account in self.accounts.items():
+            if account.name != name:
+                raise InvalidProblemError(f"accounts: key {name!r} holds {account.name!r}")
+        optional = {"steps": (n,), "tardiness_weight": (n,), "received_s": (n, k)}
+        for name, shape in optional.items():
+            if getattr(self, name) is not None:
+                set_(name, frozen_array(getattr(self, name), float, name, shape))
+        if self.due_s is not None:
+            set_("due_s", frozen_array(self.due_s, float, "due_s", (n,), allow_nan=True))
+        if self.slo_s is not None:
+            set_("slo_s", frozen_array(self.slo_s, float, "slo_s", (n,), allow_inf=True))
+        if self.price_per_hour is not None:
+            set_("price_per_hour", frozen_array(self.price_per_hour, float, "price", (k,)))
+        if self.packed is not None:
+            set_("packed", _checked_packed(self.packed, n, k, self.num_gpus))
+        self._check_values()
+        num_gpus = self.num_gpus.astype(np.int64)
+        num_gpus.flags.writeable = False
+        set_("num_gpus", num_gpus)
+        runnable = (self.throughput > 0) & (self.num_gpus[:, None] <= self.capacity[None, :])
+        runnable.flags.writeable = False
+        set_("runnable", runnable)
+        self._check_runnable()
+        _check_placement_fields(self)
+
+    @property
+    def n_jobs(self) -> int:
+        return len(self.job_ids)
+
+    @property
+    def n_types(self) -> int:
+        return len(self.gpu_types)
+
+    def account(self, name: str) -> Account:
+        """The account `name`, or the default (weight 1, fair) if the problem lists none."""
+        return self.accounts.get(name) or Account(name)
+
+    def require(self, name: str, policy: str) -> np.ndarray:
+        """The optional array field `name`, or an error saying `policy` needs it."""
+        value = getattr(self, name)
+        if value is None:
+            raise InvalidProblemError(f"policy {policy!r} needs `{name}` for every job")
+        return value  # type: ignore[no-any-return]
+
+    def gpu_options(self, m: int) -> tuple[int, ...]:
+        """The GPU counts job row `m` may run with: `allowed_gpus[m]`, else its num_gpus."""
+        if self.allowed_gpus is None:
+            return (int(self.num_gpus[m]),)
+        return self.allowed_gpus[m]
+
+    def rates_at(self, num_gpus: int) -> np.ndarray:
+        """(n_jobs, n_types) steps/s of every job on `num_gpus` GPUs of each type.
+
+        Measured where known: `throughput` at the job's own num_gpus, `throughput_at` at other
+        counts. Elsewhere scaled sub-linearly from the nearest measured count g0 (the largest
+        below `num_gpus`, else the smallest above): rate(g0) * (num_gpus / g0) **
+        SUBLINEAR_EXPONENT. A 0 at g0 (cannot run there) stays 0.
+        """
+        n, k = self.n_jobs, self.n_types
+        width = max(num_gpus, int(self.num_gpus.max(initial=1)))
+        if self.throughput_at is not None:
+            width = max(width, self.throughput_at.shape[2])
+        known = np.full((n, k, width), np.nan)
+        if self.throughput_at is not None:
+            known[:, :, : self.throughput_at.shape[2]] = self.throughput_at
+        known[np.arange(n), :, self.num_gpus - 1] = self.throughput
+        counts = np.arange(1, width + 1)
+        measured = ~np.isnan(known)
+        below = np.where(measured & (counts <= num_gpus), counts, 0).max(axis=2)
+        above = np.where(measured & (counts > num_gpus), counts, width + 1).min(axis=2)
+        base = np.where(below > 0, below, above)  # (n, k): always measured at num_gpus[m]
+        rate = np.take_along_axis(known, (base - 1)[:, :, None], axis=2)[:, :, 0]
+        return np.asarray(rate * (num_gpus / base) ** SUBLINEAR_EXPONENT)
+
+    def _check_values(self) -> None:
+        def first_bad(values: np.ndarray, bad: np.ndarray, what: str, rule: str) -> None:
+            if bad.any():
+                i = int(np.flatnonzero(bad.reshape(len(values), -1).any(axis=1))[0])
+                raise InvalidProblemError(f"job {self.job_ids[i]!r}: {what} {values[i]} {rule}")
+
+        first_bad(self.throughput, self.throughput < 0, "throughput", "has a negative entry")
+        first_bad(
+            self.num_gpus,
+            (self.num_gpus < 1) | (self.num_gpus % 1 != 0),
+            "num_gpus",
+            "must be a whole number >= 1",
+        )
+        first_bad(self.weight, self.weight <= 0, "weight", "must be > 0")
+        if self.steps is not None:
+            first_bad(self.steps, self.steps < 0, "steps", "is negative")
+        if self.slo_s is not None:
+            first_bad(self.slo_s, self.slo_s <= 0, "slo_s", "must be > 0")
+        if self.tardiness_weight is not None:
+            first_bad(
+                self.tardiness_weight, self.tardiness_weight < 0, "tardiness_weight", "is negative"
+            )
+        if self.received_s is not None:
+            first_bad(self.received_s, self.received_s < 0, "received_s", "has a negative entry")
+        negative = np.flatnonzero(self.capacity < 0)
+        if negative.size:
+            t = self.gpu_types[negative[0]]
+            raise InvalidProblemError(f"GPU type {t!r}: capacity {self.capacity[negative[0]]} < 0")
+
+    def _check_runnable(self) -> None:
+        if self.n_jobs == 0:
+            return
+        if self.capacity.sum() <= 0:
+            raise InvalidProblemError(
+                f"zero total capacity over GPU types {list(self.gpu_types)}: no job can run; "
+                "check the node list or the `gpus` counts"
+            )
+        stuck = np.flatnonzero(~self.runnable.any(axis=1))
+        if stuck.size:
+            i = int(stuck[0])
+            options = {
+                t: (float(self.throughput[i, j]), float(self.capacity[j]))
+                for j, t in enumerate(self.gpu_types)
+            }
+            raise InvalidProblemError(
+                f"job {self.job_ids[i]!r} (num_gpus={int(self.num_gpus[i])}) cannot run on any "
+                f"GPU type: (steps/s, GPUs) per type = {options}; it needs a type with "
+                f"throughput > 0 and at least num_gpus GPUs ({stuck.size} such job(s) in all)"
+            )
+
+
+def _check_unique(names: tuple[str, ...], what: str) -> None:
+    seen: set[str] = set()
+    for name in names:
+        if not isinstance(name, str) or not name:
+            raise InvalidProblemError(f"{what} {name!r}: must be a non-empty string")
+        if name in seen:
+            raise InvalidProblemError(f"{what} {name!r} appears twice")
+        seen.add(name)
+
+
+def _check_placement_fields(p: Problem) -> None:
+    """Validate and freeze `nodes`, `running`, `allowed_gpus` and `throughput_at`."""
+    n, k = p.n_jobs, p.n_types
+    set_field(p, "nodes", tuple(p.nodes))
+    set_field(p, "running", frozen_mapping(p.running))
+    if p.nodes:
+        _check_unique(tuple(node.name for node in p.nodes), "node")
+        free = dict.fromkeys(p.gpu_types, 0)
+        for node in p.nodes:
+            for t in node.gpus:
+                if t not in free:
+                    raise InvalidProblemError(
+                        f"node {node.name!r}: GPU type {t!r} is not one of {list(p.gpu_types)}"
+                    )
+                free[t] += node.free_gpus(t)
+        if not np.array_equal(np.array([free[t] for t in p.gpu_types], float), p.capacity):
+            raise InvalidProblemError(
+                f"capacity {p.capacity.tolist()} disagrees with the nodes' free GPUs {free}"
+            )
+    if p.allowed_gpus is not None:
+        if len(p.allowed_gpus) != n:
+            raise InvalidProblemError(f"allowed_gpus: {len(p.allowed_gpus)} entries for {n} jobs")
+        allowed = tuple(tuple(int(g) for g in counts) for counts in p.allowed_gpus)
+        for m, counts in enumerate(allowed):
+            if not counts or list(counts) != sorted(set(counts)) or counts[0] != p.num_gpus[m]:
+                raise InvalidProblemError(
+                    f"job {p.job_ids[m]!r}: allowed GPU counts {list(counts)} must be distinct, "
+                    f"ascending, and start at its num_gpus {int(p.num_gpus[m])}"
+                )
+        set_field(p, "allowed_gpus", allowed)
+    if p.throughput_at is not None:
+        at = np.array(p.throughput_at, dtype=float, copy=True)
+        if at.ndim != 3 or at.shape[:2] != (n, k) or at.shape[2] < 1:
+            raise InvalidProblemError(
+                f"throughput_at: shape {at.shape}, expected ({n}, {k}, max_gpus >= 1)"
+            )
+        if np.isinf(at).any() or (at < 0).any():
+            raise InvalidProblemError("throughput_at: entries must be finite and >= 0, or NaN")
+        at.flags.writeable = False
+        set_field(p, "throughput_at", at)
+    node_by_name = {node.name: node for node in p.nodes}
+    used: dict[tuple[str, str], int] = {}
+    for job_id, placement in p.running.items():
+        if job_id not in p.job_ids or placement.job_id != job_id:
+            raise InvalidProblemError(
+                f"running: placement of {placement.job_id!r} filed under {job_id!r}; expected "
+                "a job of the problem filed under its own id"
+            )
+        m = p.job_ids.index(job_id)
+        if placement.num_gpus not in p.gpu_options(m):
+            raise InvalidProblemError(
+                f"job {job_id!r} runs on {placement.num_gpus} GPUs; its allowed counts are "
+                f"{list(p.gpu_options(m))}"
+            )
+        for piece in placement.slices:
+            host = node_by_name.get(piece.node)
+            key = (piece.node, piece.gpu_type)
+            used[key] = used.get(key, 0) + piece.count
+            if host is None or used[key] > host.free_gpus(piece.gpu_type):
+                raise InvalidProblemError(
+                    f"job {job_id!r} runs on {used[key]} {piece.gpu_type} GPU(s) of node "
+                    f"{piece.node!r}, which has "
+                    f"{0 if host is None else host.free_gpus(piece.gpu_type)} free"
+                )
+
+
+def _checked_packed(packed: PackedPairs, n: int, k: int, num_gpus: np.ndarray) -> PackedPairs:
+    pairs = np.array(packed.pairs, dtype=np.int64, copy=True).reshape(-1, 2)
+    m = len(pairs)
+    tput = frozen_array(packed.throughput, float, "packed throughput", (m, k, 2))
+    if m and (pairs.min() < 0 or pairs.max() >= n or (pairs[:, 0] == pairs[:, 1]).any()):
+        raise InvalidProblemError("packed pairs: job indices out of range or paired with itself")
+    if (tput < 0).any():
+        raise InvalidProblemError("packed pairs: negative throughput")
+    unequal = np.flatnonzero(num_gpus[pairs[:, 0]] != num_gpus[pairs[:, 1]])
+    if len(unequal):
+        a, b = pairs[unequal[0]]
+        raise InvalidProblemError(
+            f"packed pair ({a}, {b}): jobs with different num_gpus cannot share GPUs"
+        )
+    pairs.flags.writeable = False
+    return PackedPairs(pairs=pairs, throughput=tput)
