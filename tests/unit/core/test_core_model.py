@@ -1,4 +1,4 @@
-"""core/model.py: validation, immutability, derived fields and the JSON of an Allocation."""
+"""core/model/: validation, immutability, derived fields and the JSON of an Allocation."""
 
 from __future__ import annotations
 
