@@ -27,6 +27,7 @@ fastest on a P100), so the CPU-only dev cluster behaves like a heterogeneous one
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import re
 import signal
@@ -364,26 +365,31 @@ def node_type_map(backend: CliSlurmBackend) -> dict[str, str]:
     return {n.name: "+".join(sorted(n.gpus)) or "-" for n in backend.list_nodes()}
 
 
+TYPES = ["v100", "p100", "k80"]
+
+
+@functools.cache
+def relative_speed(job_class: str) -> dict[str, float]:
+    """Steps/s of `job_class` on each type relative to its fastest type (Gavel's table): the
+    factor the wrapper's emulation stretches a step by."""
+    row = dict(zip(TYPES, shipped_throughputs().row(job_class, 1, TYPES), strict=True))
+    best = max(row.values())
+    return {t: rate / best for t, rate in row.items()}
+
+
 def step_time_s(name: str, gpu_type: str) -> float:
     """How long a step of job `name` lasts on `gpu_type` under emulation: STEP_TIME_S on its
     fastest type, stretched by Gavel's measured slowdown elsewhere."""
-    job_class = dict(JOBS)[name]
-    table = shipped_throughputs()
-    types = ["v100", "p100", "k80"]
-    row = dict(zip(types, table.row(job_class, 1, types), strict=True))
-    return STEP_TIME_S * max(row.values()) / row[gpu_type] if row.get(gpu_type) else float("nan")
+    speed = relative_speed(dict(JOBS)[name]).get(gpu_type)
+    return STEP_TIME_S / speed if speed else float("nan")
 
 
 def speed_ratios() -> dict[str, str]:
-    """Per class, steps/s on v100 : p100 : k80 relative to its fastest type (Gavel's table)."""
-    table = shipped_throughputs()
-    types = ["v100", "p100", "k80"]
-    out = {}
-    for _, job_class in JOBS:
-        row = dict(zip(types, table.row(job_class, 1, types), strict=True))
-        best = max(row.values())
-        out[job_class] = " ".join(f"{row[t] / best:.2f}" for t in types)
-    return out
+    """Per class, steps/s on v100 : p100 : k80 relative to its fastest type."""
+    return {
+        job_class: " ".join(f"{relative_speed(job_class)[t]:.2f}" for t in TYPES)
+        for _, job_class in JOBS
+    }
 
 
 def summary(

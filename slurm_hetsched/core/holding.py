@@ -16,7 +16,7 @@ from collections.abc import Mapping
 
 from slurm_hetsched.core.amortize import MoveCase, hold_reason, move_rates, restart_cost_s
 from slurm_hetsched.core.model import ClusterSnapshot, Job, Placement, RoundState
-from slurm_hetsched.core.placement import place_jobs, same_gpus, without
+from slurm_hetsched.core.placement import fits, place_jobs, same_gpus, without
 from slurm_hetsched.core.round_options import RoundOptions
 from slurm_hetsched.core.selection import Walk
 from slurm_hetsched.core.throughput import ThroughputTable
@@ -87,10 +87,7 @@ def _may_stay(
     wanted = walk.allocation.x[row, column] > 0 or (
         walk.fill is not None and bool(walk.fill[row, column])
     )
-    need: dict[str, int] = {}
-    for piece in current.slices:
-        need[piece.node] = need.get(piece.node, 0) + piece.count
-    return wanted and all(left.get(gpu_type, {}).get(n, 0) >= c for n, c in need.items())
+    return wanted and fits(current, left)
 
 
 def placed_at(state: RoundState, job_id: str, now_s: float, round_s: float) -> float:

@@ -45,21 +45,18 @@ def place_jobs(
         held = previous.get(job_id)
         if held is None or held.gpu_types != (gpu_type,) or held.num_gpus != count:
             continue
-        need: dict[str, int] = {}
-        for piece in held.slices:
-            need[piece.node] = need.get(piece.node, 0) + piece.count
-        if all(left[gpu_type].get(node, 0) >= n for node, n in need.items()):
-            for node, n in need.items():
-                _take(left[gpu_type], node, n)
+        if fits(held, left):
+            for piece in held.slices:
+                _take(left[gpu_type], piece.node, piece.count)
             placed[job_id] = held
     for m, t in by_size:
         job_id, gpu_type, count = allocation.job_ids[m], allocation.gpu_types[t], int(num_gpus[m])
         if job_id in placed:
             continue
         nodes = left[gpu_type]
-        fits = [(free_n, node) for node, free_n in nodes.items() if free_n >= count]
-        if fits:
-            node = min(fits)[1]
+        roomy = [(free_n, node) for node, free_n in nodes.items() if free_n >= count]
+        if roomy:
+            node = min(roomy)[1]
             slices: tuple[GpuSlice, ...] = (GpuSlice(node, gpu_type, count),)
         else:
             pieces: list[GpuSlice] = []
@@ -101,6 +98,15 @@ def policy_placements(
             _take(left[piece.gpu_type], piece.node, piece.count)
         placed[job_id] = placement
     return placed
+
+
+def fits(placement: Placement, free: Mapping[str, Mapping[str, int]]) -> bool:
+    """Whether every GPU `placement` holds is among `free` (its slices summed per node)."""
+    need: dict[tuple[str, str], int] = {}
+    for piece in placement.slices:
+        key = (piece.gpu_type, piece.node)
+        need[key] = need.get(key, 0) + piece.count
+    return all(free.get(t, {}).get(node, 0) >= n for (t, node), n in need.items())
 
 
 def without(

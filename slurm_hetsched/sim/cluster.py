@@ -255,19 +255,4 @@ class SimulatedCluster:
 
     @staticmethod
     def _as_job(state: _JobState) -> Job:
-        job = state.trace
-        return Job(
-            key=job.job_id,
-            job_class=job.job_class,
-            num_gpus=job.num_gpus,
-            steps_remaining=state.steps_left,
-            total_steps=float(job.total_steps),
-            weight=job.weight,
-            account=job.account,
-            arrival_s=job.arrival_s,
-            due_s=job.due_s,
-            tardiness_weight=job.tardiness_weight,
-            slo_s=job.slo_s,
-            allowed_gpus=job.allowed_gpus,
-            restart_s=state.restart_s,
-        )
+        return state.trace.to_job(steps_remaining=state.steps_left, restart_s=state.restart_s)

@@ -83,13 +83,16 @@ class TraceJob:
             place += f", line {self.line}"
         return f"{place} (job {self.job_id!r})"
 
-    def to_job(self) -> Job:
-        """The core's `Job` for this record (key = job_id, nothing run yet)."""
+    def to_job(
+        self, *, steps_remaining: float | None = None, restart_s: float | None = None
+    ) -> Job:
+        """The core's `Job` for this record (key = job_id); by default nothing run yet and the
+        record's own restart cost, else the steps left and the cost a simulation knows."""
         return Job(
             key=self.job_id,
             job_class=self.job_class,
             num_gpus=self.num_gpus,
-            steps_remaining=float(self.total_steps),
+            steps_remaining=float(self.total_steps) if steps_remaining is None else steps_remaining,
             total_steps=float(self.total_steps),
             weight=self.weight,
             account=self.account,
@@ -98,7 +101,7 @@ class TraceJob:
             tardiness_weight=self.tardiness_weight,
             slo_s=self.slo_s,
             allowed_gpus=self.allowed_gpus,
-            restart_s=self.restart_s,
+            restart_s=self.restart_s if restart_s is None else restart_s,
         )
 
 
