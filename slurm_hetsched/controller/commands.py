@@ -10,8 +10,9 @@ from typing import TextIO
 
 from slurm_hetsched.controller.admin_comment import describe_share, describe_target
 from slurm_hetsched.controller.config import ConfigError, ControllerConfig
+from slurm_hetsched.controller.dry_run import DryRunController
 from slurm_hetsched.controller.enact import EnactSettings
-from slurm_hetsched.controller.live import ObserveSettings, ReadOnlyRegistry, SlurmCluster
+from slurm_hetsched.controller.observer import ObserveSettings, SlurmObserver
 from slurm_hetsched.controller.restart_cost import RestartEstimate, describe_estimate
 from slurm_hetsched.controller.restarts import RestartTracker
 from slurm_hetsched.controller.service import (
@@ -20,9 +21,10 @@ from slurm_hetsched.controller.service import (
     ServiceSettings,
     SingleControllerLock,
 )
-from slurm_hetsched.errors import HetschedError
+from slurm_hetsched.errors import HetschedError, SlurmError
 from slurm_hetsched.slurm.backend import CliSlurmBackend
 from slurm_hetsched.slurm.cli import SlurmCli
+from slurm_hetsched.slurm.version import UnsupportedSlurmError
 from slurm_hetsched.store.sqlite import SqliteStore
 
 logger = logging.getLogger(__name__)
@@ -102,30 +104,37 @@ def run_controller(
         logger.info("%s", line)
         metrics.observe_round(summary)
         last[:] = [summary]
-        if dry_run and "skipped" not in summary.fields:
-            controller_backend = controller.tick.backend
-            print(
-                f"dry run, round {summary.fields.get('round', '-')}: nothing was changed", file=out
-            )
-            for entry in getattr(controller_backend, "planned", []):
-                print(f"  {entry}", file=out)
 
     if dry_run:
-        controller = Controller(settings, dry_run=True)
+        release = slurm_release(CliSlurmBackend(settings.cli))
+        dry = DryRunController(settings)
+        logger.info("dry run: slurm=%s", release)
+
+        def on_dry_round(summary: RoundSummary) -> None:
+            on_round(summary)
+            if "skipped" not in summary.fields:
+                round_ = summary.fields.get("round", "-")
+                print(f"dry run, round {round_}: nothing was changed", file=out)
+                for entry in dry.planned:
+                    print(f"  {entry}", file=out)
+
         try:
-            controller.serve(once=True, on_round=on_round)
+            dry.serve(once=True, on_round=on_dry_round)
         finally:
-            controller.close()
+            dry.close()
         _fail_if_skipped(last)
         return 0
+    # Before anything is made: a Slurm older than 22.05 is refused.
+    release = slurm_release(CliSlurmBackend(settings.cli))
     with SingleControllerLock(settings.lock_path):
         controller = Controller(settings)
         logger.info(
-            "controller started: policy=%s round_s=%g store=%s state_root=%s",
+            "controller started: policy=%s round_s=%g store=%s state_root=%s slurm=%s",
             settings.policy,
             settings.tick.round_s,
             settings.store_path,
             config.state_root,
+            release,
         )
         try:
             controller.serve(once=once, on_round=on_round)
@@ -136,6 +145,21 @@ def run_controller(
     if once:
         _fail_if_skipped(last)
     return 0
+
+
+def slurm_release(slurm: CliSlurmBackend) -> str:
+    """The Slurm release the backend runs, said once at start.
+
+    Raises:
+        UnsupportedSlurmError: it is older than 22.05 (the service refuses to start).
+    """
+    try:
+        return str(slurm.version())
+    except UnsupportedSlurmError:
+        raise
+    except SlurmError as exc:  # not installed yet, or slurmctld's host unreachable: rounds skip
+        logger.warning("cannot tell Slurm's version yet: %s", exc)
+        return "unknown"
 
 
 def _fail_if_skipped(rounds: list[RoundSummary]) -> None:
@@ -165,16 +189,14 @@ def show_rounds(config: ControllerConfig, *, last: int | None, job: str | None, 
 def show_status(config: ControllerConfig, *, out: TextIO) -> int:
     """Nodes, GPU types, managed jobs with their shares, and jobs not managed with why."""
     slurm = CliSlurmBackend(_cli(config))
+    release = str(slurm.version())  # refuses a Slurm older than 22.05 before reading it
     store = SqliteStore(config.store) if config.store.exists() else None
     last = store.load() if store is not None else None
     # Measured in memory, as the service would: a restart that reported since its last round
     # shows at once.
     restarts = RestartTracker(store, config.restart_settings(), save=False)
-    cluster = SlurmCluster(
+    observer = SlurmObserver(
         slurm,
-        None,  # type: ignore[arg-type]  # read-only: never enacts
-        None,  # type: ignore[arg-type]
-        lambda: last,
         config.site_data().table,
         ObserveSettings(
             state_root=config.state_root,
@@ -183,10 +205,11 @@ def show_status(config: ControllerConfig, *, out: TextIO) -> int:
             progress_max_age_s=config.progress_max_age_s,
             key_release_s=config.key_release_s,
         ),
-        registry=ReadOnlyRegistry(store),
+        registry=store,
         restarts=restarts,
     )
-    view = cluster.read_view(last)
+    view = observer.read_view(last)
+    print(f"Slurm {release} ({_where(config)})\n", file=out)
     print("NODE      STATE        GPUS                 IN USE (not managed)", file=out)
     for node, snap in zip(view.nodes, view.snapshot.nodes, strict=True):
         gpus = ",".join(f"{t}:{n}" for t, n in sorted(node.gpus.items())) or "-"
@@ -231,6 +254,10 @@ def show_status(config: ControllerConfig, *, out: TextIO) -> int:
     if store is not None:
         store.close()
     return 0
+
+
+def _where(config: ControllerConfig) -> str:
+    return f"commands in {config.bin_dir}" if config.bin_dir else "commands on PATH"
 
 
 def store_path_hint(path: Path) -> str:

@@ -11,7 +11,6 @@ from __future__ import annotations
 import logging
 import os
 import signal
-import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,6 +19,7 @@ from typing import Any, Protocol
 from slurm_hetsched.controller.jobview import ManagedJob
 from slurm_hetsched.controller.statefiles import JobFolder, StateFolderError
 from slurm_hetsched.errors import HetschedError, SlurmError
+from slurm_hetsched.rounds.clocks import SYSTEM_CLOCK, SYSTEM_SLEEP
 from slurm_hetsched.slurm.backend import CliSlurmBackend
 from slurm_hetsched.slurm.records import SlurmJob
 
@@ -115,8 +115,8 @@ class JournaledSteps:
         journal: Journal,
         settings: EnactSettings,
         *,
-        clock: Callable[[], float] = time.time,
-        sleep: Callable[[float], None] = time.sleep,
+        clock: Callable[[], float] = SYSTEM_CLOCK.now,
+        sleep: Callable[[float], None] = SYSTEM_SLEEP,
     ) -> None:
         self.slurm = slurm
         self.journal = journal

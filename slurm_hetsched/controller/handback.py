@@ -29,7 +29,7 @@ from typing import Any, Protocol
 
 from slurm_hetsched.controller.admin_comment import PREFIX
 from slurm_hetsched.controller.jobview import job_groups, job_identity
-from slurm_hetsched.controller.live import hold_is_ours
+from slurm_hetsched.controller.round_report import hold_is_ours
 from slurm_hetsched.controller.scope import Scope
 from slurm_hetsched.controller.statefiles import JobFolder, write_resume_request
 from slurm_hetsched.core.jobspec import JobSpecError, is_managed, parse_job_spec

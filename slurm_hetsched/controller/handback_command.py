@@ -8,7 +8,6 @@ racing the hand-back.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Sequence
 from datetime import datetime, tzinfo
 from typing import TextIO
@@ -22,6 +21,7 @@ from slurm_hetsched.controller.handback import (
 )
 from slurm_hetsched.controller.scope import Scope
 from slurm_hetsched.controller.service import SingleControllerLock
+from slurm_hetsched.rounds.clocks import SYSTEM_CLOCK
 from slurm_hetsched.slurm.backend import CliSlurmBackend
 from slurm_hetsched.slurm.cli import SlurmCli
 from slurm_hetsched.store.sqlite import SqliteStore
@@ -34,7 +34,7 @@ def run_handback(
     dry_run: bool,
     out: TextIO,
     slurm: HandbackSlurm | None = None,
-    clock: Callable[[], float] = time.time,
+    clock: Callable[[], float] = SYSTEM_CLOCK.now,
 ) -> int:
     """`hetsched handback`; returns the exit status (1 if any job failed).
 
@@ -57,7 +57,7 @@ def hand_back_all(
     dry_run: bool,
     out: TextIO,
     slurm: HandbackSlurm | None = None,
-    clock: Callable[[], float] = time.time,
+    clock: Callable[[], float] = SYSTEM_CLOCK.now,
     store: SqliteStore | None = None,
 ) -> int:
     """Hand every managed job back (the caller holds the lock); prints one line per job and a

@@ -19,10 +19,7 @@ def format_value(value: Any) -> str:
     if not text or any(c in text for c in ' "=\\\t\n\r'):
         # One record per line: a newline or carriage return in a value is written escaped.
         escaped = (
-            text.replace("\\", "\\\\")
-            .replace('"', '\\"')
-            .replace("\n", "\\n")
-            .replace("\r", "\\r")
+            text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n").replace("\r", "\\r")
         )
         return f'"{escaped}"'
     return text

@@ -22,7 +22,7 @@ from slurm_hetsched.controller.admin_comment import (
 )
 from slurm_hetsched.controller.enact import EnactOutcome, Journal
 from slurm_hetsched.controller.jobview import ManagedJob, SlurmView
-from slurm_hetsched.core.model import Allocation, RoundPlan
+from slurm_hetsched.core.model import Allocation, Placement, RoundPlan
 from slurm_hetsched.errors import InvalidRequestError, SlurmError
 from slurm_hetsched.slurm.backend import CliSlurmBackend
 from slurm_hetsched.slurm.records import JobState, JobUpdate, SlurmJob
@@ -154,7 +154,7 @@ def write_admin_comments(
 def admin_reason(
     key: str,
     outcome: EnactOutcome,
-    placements: dict,  # type: ignore[type-arg]
+    placements: Mapping[str, Placement],
     job: ManagedJob,
     held: Mapping[str, str],
 ) -> str:

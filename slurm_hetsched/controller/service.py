@@ -4,11 +4,11 @@ One controller at a time (a lock file); on start it settles what a crashed prede
 under way (controller/reconcile.py); then every `round_s` it runs one tick (observe -> decide ->
 plan -> enact -> record), logs one key=value line, and updates the optional metrics. A
 slurmctld that does not answer makes the round skip (logged, counted), never crash the service.
+`RoundService` is the loop both the service and a dry run (controller/dry_run.py) run.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import os
 import signal
@@ -22,26 +22,26 @@ from typing import Any
 
 from filelock import FileLock, Timeout
 
-from slurm_hetsched.controller.enact import EnactSettings, SlurmEnactor
-from slurm_hetsched.controller.live import (
+from slurm_hetsched.controller.enact import EnactOutcome, EnactSettings, SlurmEnactor
+from slurm_hetsched.controller.live import SlurmCluster
+from slurm_hetsched.controller.observer import (
     ObserveSettings,
-    ReadOnlyRegistry,
-    SlurmCluster,
+    SlurmObservation,
     SlurmUnavailableError,
 )
 from slurm_hetsched.controller.reconcile import reconcile
 from slurm_hetsched.controller.restart_cost import RestartSettings
 from slurm_hetsched.controller.restarts import RestartTracker
 from slurm_hetsched.controller.statefiles import check_state_root
-from slurm_hetsched.core.model import RoundPlan
 from slurm_hetsched.core.policies import get_policy
-from slurm_hetsched.core.ports import EnactReport, RoundRecord
+from slurm_hetsched.core.policies.base import Policy
+from slurm_hetsched.core.ports import Clock, RoundRecord
 from slurm_hetsched.core.problem import SiteData
 from slurm_hetsched.errors import HetschedError, SlurmError
+from slurm_hetsched.rounds.clocks import SYSTEM_CLOCK, sleeper
 from slurm_hetsched.rounds.tick import Tick, TickSettings
 from slurm_hetsched.slurm.backend import CliSlurmBackend
 from slurm_hetsched.slurm.cli import SlurmCli
-from slurm_hetsched.store.memory import MemoryStore
 from slurm_hetsched.store.sqlite import SqliteStore
 
 logger = logging.getLogger(__name__)
@@ -75,64 +75,36 @@ class RoundSummary:
     record: RoundRecord | None = None
 
 
-class Controller:
-    """The live controller: a tick over Slurm plus the service around it."""
+class RoundService:
+    """Runs a tick over Slurm round after round: the loop, the stop signals and the summary
+    of each round. The live controller and the dry run differ only in the hooks below."""
 
-    def __init__(self, settings: ServiceSettings, *, dry_run: bool = False) -> None:
+    dry_run = False
+
+    def __init__(self, settings: ServiceSettings, policy: Policy, clock: Clock) -> None:
         self.settings = settings
-        self.dry_run = dry_run
-        # Before anything else: a state root others can write lets them plant job folders.
-        # (A dry run creates nothing; the real run makes a missing root.)
-        if not dry_run or os.path.lexists(settings.observe.state_root):
-            check_state_root(settings.observe.state_root, create=not dry_run)
-        self.slurm = CliSlurmBackend(settings.cli)
-        # A dry run reads the store if there is one, and never creates it.
-        self._store: SqliteStore | None = None
-        if not dry_run or settings.store_path.exists():
-            self._store = SqliteStore(settings.store_path)
-        self.policy = get_policy(settings.policy, settings.policy_options)
-        journal: Any = _DryJournal() if dry_run else self.store
-        registry: Any = ReadOnlyRegistry(self._store) if dry_run else self.store
-        self.cluster = SlurmCluster(
-            self.slurm,
-            SlurmEnactor(self.slurm, journal, settings.enact),
-            journal,
-            self._last_record,
-            settings.site.table,
-            settings.observe,
-            registry=registry,
-            # A dry run measures in memory: what it sees is measured again by the service.
-            restarts=RestartTracker(self._store, settings.restarts, save=not dry_run),
-        )
-        # A dry run plans on a copy of the last round in memory: nothing reaches the store.
-        self._memory: MemoryStore | None = None
-        if dry_run:
-            self._memory = MemoryStore()
-            last = self._store.load() if self._store is not None else None
-            if last is not None:
-                self._memory.save_enacted(last)
-        backend: Any = _DryRunCluster(self.cluster) if dry_run else self.cluster
-        self.tick = Tick(
-            self.policy,
-            settings.site,
-            backend,
-            self._memory if self._memory is not None else self.store,
-            settings.tick,
-        )
+        self.policy = policy
+        self.clock = clock
         self._stop = threading.Event()
-        self._needs_reconcile = False
 
     @property
-    def store(self) -> SqliteStore:
-        """The round store (not there in a dry run without one)."""
-        if self._store is None:
-            raise HetschedError("no round store in this dry run")
-        return self._store
+    def tick(self) -> Tick[SlurmObservation]:
+        raise NotImplementedError
 
-    def _last_record(self) -> RoundRecord | None:
-        if self._memory is not None:
-            return self._memory.load()
-        return self.store.load()
+    # -- hooks ---------------------------------------------------------------------------------
+
+    def _outcome(self) -> EnactOutcome:
+        """What the last round's enactment did."""
+        return EnactOutcome()
+
+    def _reconcile(self) -> None:
+        """Settle what an earlier run left under way (the live controller only)."""
+
+    def _after_round(self, summary: RoundSummary) -> None:
+        """After each round, skipped or not."""
+
+    def close(self) -> None:
+        """Release what the service holds."""
 
     # -- one round -----------------------------------------------------------------------------
 
@@ -150,7 +122,8 @@ class Controller:
             logger.exception("round failed; the next round settles what it left under way")
             self._needs_reconcile = True
             return RoundSummary({"skipped": "round-failed", "error": str(exc)[:200]})
-        outcome = self.cluster.last.outcome
+        outcome = self._outcome()
+        observed = self.tick.last_observation
         plan = record.plan
         fields: dict[str, Any] = {
             "round": record.round,
@@ -164,7 +137,7 @@ class Controller:
             "resubmitted": len(outcome.resubmitted),
             "no_ack": len(outcome.no_ack),
             "failed": len(record.report.failed) if record.report else 0,
-            "rejected": len(self.cluster.view.rejected) if self.cluster.view else 0,
+            "rejected": len(observed.view.rejected) if observed is not None else 0,
             "recomputed": int(record.recomputed),
             "solve_s": record.allocation.solve_s if record.recomputed else 0.0,
             "round_s": time.perf_counter() - started,
@@ -175,6 +148,8 @@ class Controller:
         return RoundSummary(fields, record)
 
     # -- the service ---------------------------------------------------------------------------
+
+    _needs_reconcile = False
 
     def serve(
         self,
@@ -192,26 +167,74 @@ class Controller:
 
     def _serve(self, *, once: bool, on_round: Callable[[RoundSummary], None] | None) -> None:
         self._reconcile()
+        round_s = self.settings.tick.round_s
         while not self._stop.is_set():
-            began = time.monotonic()
+            began = self.clock.now()
             if self._needs_reconcile:
                 self._needs_reconcile = False
                 self._reconcile()
             summary = self.run_round()
-            if not self.dry_run:  # the watchdog's sign of life (controller/watchdog.py)
-                self.store.beat(time.time(), summary.fields.get("round"))
+            self._after_round(summary)
             if on_round is not None:
                 on_round(summary)
             if once:
                 break
-            self._stop.wait(max(0.0, began + self.settings.tick.round_s - time.monotonic()))
+            # Never more than one round: a wall clock stepped back must not stall the service.
+            self._stop.wait(min(round_s, max(0.0, began + round_s - self.clock.now())))
 
     def stop(self) -> None:
         self._stop.set()
 
+    def _install_signal_handlers(self) -> dict[int, Any]:
+        """Stop after the round on SIGTERM and SIGINT; returns the handlers they replace."""
+        if threading.current_thread() is not threading.main_thread():
+            return {}
+
+        def on_signal(signum: int, frame: FrameType | None) -> None:
+            logger.info("got %s: stopping after this round", signal.Signals(signum).name)
+            self._stop.set()
+
+        return {
+            signum: signal.signal(signum, on_signal) for signum in (signal.SIGTERM, signal.SIGINT)
+        }
+
+
+class Controller(RoundService):
+    """The live controller: a tick over Slurm, its round store, and the service around it."""
+
+    def __init__(self, settings: ServiceSettings, *, clock: Clock = SYSTEM_CLOCK) -> None:
+        # Before anything else: a state root others can write lets them plant job folders.
+        check_state_root(settings.observe.state_root, create=True)
+        super().__init__(settings, get_policy(settings.policy, settings.policy_options), clock)
+        self.slurm = CliSlurmBackend(settings.cli)
+        self.store = SqliteStore(settings.store_path, clock=clock.now)
+        self.cluster = SlurmCluster(
+            self.slurm,
+            SlurmEnactor(
+                self.slurm, self.store, settings.enact, clock=clock.now, sleep=sleeper(clock)
+            ),
+            self.store,
+            self.store.load,
+            settings.site.table,
+            settings.observe,
+            registry=self.store,
+            restarts=RestartTracker(self.store, settings.restarts),
+            clock=clock.now,
+        )
+        self._tick = Tick(self.policy, settings.site, self.cluster, self.store, settings.tick)
+
+    @property
+    def tick(self) -> Tick[SlurmObservation]:
+        return self._tick
+
+    def _outcome(self) -> EnactOutcome:
+        return self.cluster.last.outcome
+
+    def _after_round(self, summary: RoundSummary) -> None:
+        # The watchdog's sign of life (controller/watchdog.py), also after a skipped round.
+        self.store.beat(self.clock.now(), summary.fields.get("round"))
+
     def _reconcile(self) -> None:
-        if self.dry_run:
-            return
         while not self._stop.is_set():
             try:
                 done = reconcile(
@@ -235,22 +258,8 @@ class Controller:
                 )
             return
 
-    def _install_signal_handlers(self) -> dict[int, Any]:
-        """Stop after the round on SIGTERM and SIGINT; returns the handlers they replace."""
-        if threading.current_thread() is not threading.main_thread():
-            return {}
-
-        def on_signal(signum: int, frame: FrameType | None) -> None:
-            logger.info("got %s: stopping after this round", signal.Signals(signum).name)
-            self._stop.set()
-
-        return {
-            signum: signal.signal(signum, on_signal) for signum in (signal.SIGTERM, signal.SIGINT)
-        }
-
     def close(self) -> None:
-        if self._store is not None:
-            self._store.close()
+        self.store.close()
 
 
 class SingleControllerLock:
@@ -284,50 +293,3 @@ def _read_pid(path: Path) -> int | None:
         return int(path.read_text().strip())
     except (OSError, ValueError):
         return None
-
-
-class _DryJournal:
-    """Journal for --dry-run: nothing is taken, so nothing is recorded."""
-
-    def begin_action(self, *args: Any, **kwargs: Any) -> int:
-        return 0
-
-    def finish_action(self, *args: Any, **kwargs: Any) -> None:
-        return None
-
-
-class _DryRunCluster:
-    """Observes the real cluster, prints what it would do, and changes nothing."""
-
-    def __init__(self, cluster: SlurmCluster) -> None:
-        self.cluster = cluster
-        self.planned: list[str] = []
-
-    def observe(self) -> Any:
-        return self.cluster.observe()
-
-    def enact(self, plan: RoundPlan) -> EnactReport:
-        from slurm_hetsched.controller.admin_comment import describe_target
-        from slurm_hetsched.controller.enact import classify
-
-        assert self.cluster.view is not None
-        work = classify(self.cluster.view, plan)
-        lines = []
-        for key, job in work.keep.items():
-            lines.append(f"keep   {key} (job {job.slurm_id})")
-        for key, (job, target) in work.move.items():
-            lines.append(f"move   {key} (job {job.slurm_id}) -> {describe_target(target)}")
-        for key, (job, target) in work.start.items():
-            lines.append(f"start  {key} (job {job.slurm_id}) -> {describe_target(target)}")
-        for key, job in work.stop.items():
-            lines.append(f"stop   {key} (job {job.slurm_id}): checkpoint and requeue-hold")
-        for key, job in work.hold.items():
-            lines.append(f"hold   {key} (job {job.slurm_id})")
-        for rejected in self.cluster.view.rejected:
-            lines.append(f"reject job {rejected.job_id} of {rejected.user}: {rejected.reason}")
-        self.planned = lines or ["nothing to do"]
-        return EnactReport()
-
-
-def settings_replace(settings: ServiceSettings, **changes: Any) -> ServiceSettings:
-    return dataclasses.replace(settings, **changes)

@@ -11,7 +11,6 @@ with this config: nothing is touched. `judge` decides and does no I/O.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
@@ -22,6 +21,7 @@ from slurm_hetsched.controller.config import ControllerConfig
 from slurm_hetsched.controller.handback import HandbackSlurm
 from slurm_hetsched.controller.handback_command import hand_back_all
 from slurm_hetsched.controller.service import ControllerRunningError, SingleControllerLock
+from slurm_hetsched.rounds.clocks import SYSTEM_CLOCK
 from slurm_hetsched.store.sqlite import Heartbeat, SqliteStore
 
 
@@ -92,7 +92,7 @@ def run_watchdog(
     after_s: float,
     out: TextIO,
     slurm: HandbackSlurm | None = None,
-    clock: Callable[[], float] = time.time,
+    clock: Callable[[], float] = SYSTEM_CLOCK.now,
 ) -> int:
     """`hetsched watchdog`: print the verdict, and hand the jobs back if the controller is
     gone; returns the exit status (1 if a job's hand-back failed)."""

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 from slurm_hetsched.core.model import Allocation, ClusterSnapshot, RoundPlan, RoundState
 
@@ -82,20 +82,31 @@ class RoundRecord:
     not_running: tuple[str, ...] = ()
 
 
-class ClusterBackend(Protocol):
-    """A cluster the tick can observe and change."""
+ObservationT = TypeVar("ObservationT", bound=Observation)
 
-    def observe(self) -> Observation:
+
+class ClusterBackend(Protocol[ObservationT]):
+    """A cluster the tick can observe and change.
+
+    A backend may observe more than the tick decides on (live: Slurm's own view of each job):
+    its observation type extends `Observation`, and the tick hands the very value `observe`
+    returned back to `enact`, so a backend never acts on a view of the cluster that a later
+    observation replaced.
+    """
+
+    def observe(self) -> ObservationT:
         """The cluster now, and what ran since the last observation."""
         ...
 
-    def enact(self, plan: RoundPlan) -> EnactReport:
-        """Carry out a round plan: leave `keep`, move `move`, start `start`, stop `stop`."""
+    def enact(self, plan: RoundPlan, observed: ObservationT) -> EnactReport:
+        """Carry out a round plan made from `observed`: leave `keep`, move `move`, start
+        `start`, stop `stop`."""
         ...
 
 
 class Clock(Protocol):
-    """Seconds on the cluster's clock."""
+    """Seconds on the cluster's clock: simulated (jumps) or the system's (rounds/clocks.py).
+    Both drivers read time only through one of these."""
 
     def now(self) -> float: ...
 

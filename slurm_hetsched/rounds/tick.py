@@ -12,6 +12,7 @@ import dataclasses
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Generic
 
 import numpy as np
 
@@ -23,7 +24,13 @@ from slurm_hetsched.core.mechanism import (
 )
 from slurm_hetsched.core.model import Allocation, ClusterSnapshot, Job, Placement, RoundState
 from slurm_hetsched.core.policies.base import Policy, round_options_for
-from slurm_hetsched.core.ports import ClusterBackend, Observation, RoundRecord, StateStore
+from slurm_hetsched.core.ports import (
+    ClusterBackend,
+    Observation,
+    ObservationT,
+    RoundRecord,
+    StateStore,
+)
 from slurm_hetsched.core.problem import SiteData, build_problem, table_rate
 from slurm_hetsched.errors import HetschedError
 
@@ -45,14 +52,14 @@ class TickSettings:
     round_options: RoundOptions = field(default_factory=RoundOptions)
 
 
-class Tick:
+class Tick(Generic[ObservationT]):
     """Runs rounds of one policy against one backend, keeping the round state in a store."""
 
     def __init__(
         self,
         policy: Policy,
         site: SiteData,
-        backend: ClusterBackend,
+        backend: ClusterBackend[ObservationT],
         store: StateStore,
         settings: TickSettings | None = None,
     ) -> None:
@@ -62,7 +69,7 @@ class Tick:
         self.store = store
         self.settings = settings or TickSettings()
         self.round_options = round_options_for(policy, self.settings.round_options)
-        self.last_observation: Observation | None = None
+        self.last_observation: ObservationT | None = None
         # Seconds each phase of the last round took (observe, decide, plan, enact, record):
         # measured only, never read by a decision.
         self.timings: dict[str, float] = {}
@@ -105,7 +112,7 @@ class Tick:
         )
         self.store.save_planned(record)  # written before any action is taken
         timer.lap("plan")
-        report = self.backend.enact(plan)
+        report = self.backend.enact(plan, observation)
         timer.lap("enact")
         record = dataclasses.replace(record, report=report)
         self.store.save_enacted(record)

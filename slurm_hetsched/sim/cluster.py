@@ -1,4 +1,4 @@
-"""The simulated cluster: a `ClusterBackend` over a trace, and a clock that jumps.
+"""The simulated cluster: a `ClusterBackend` over a trace, on a clock that jumps.
 
 Jobs arrive at their trace times, run at the throughput table's steps/s on the GPUs the plan
 gives them, and finish at the exact moment their last step runs (mid-round). A job placed on
@@ -21,6 +21,7 @@ from slurm_hetsched.core.ports import EnactReport, Observation
 from slurm_hetsched.core.problem import table_rate
 from slurm_hetsched.core.throughput import ThroughputTable
 from slurm_hetsched.errors import HetschedError
+from slurm_hetsched.rounds.clocks import SimClock
 from slurm_hetsched.sim.restart_costs import restart_s_of
 from slurm_hetsched.sim.traces import TraceJob
 
@@ -30,19 +31,6 @@ _STEPS_EPS = 1e-6
 
 class SimulationError(HetschedError, RuntimeError):
     """The simulation reached a state it cannot go on from (a bug or a bad plan)."""
-
-
-class SimClock:
-    """A `Clock` that jumps: `sleep_until` sets the time, never goes back."""
-
-    def __init__(self, start_s: float = 0.0) -> None:
-        self._now = start_s
-
-    def now(self) -> float:
-        return self._now
-
-    def sleep_until(self, t_s: float) -> None:
-        self._now = max(self._now, t_s)
 
 
 @dataclass(slots=True)
@@ -138,8 +126,9 @@ class SimulatedCluster:
         )
         return Observation(snapshot=snapshot, ran_s=ran_s, finished=finished)
 
-    def enact(self, plan: RoundPlan) -> EnactReport:
-        """Place the jobs as planned, from now; stopped jobs lose their GPUs."""
+    def enact(self, plan: RoundPlan, observed: Observation | None = None) -> EnactReport:
+        """Place the jobs as planned, from now; stopped jobs lose their GPUs. (The simulated
+        cluster is its own record of what it runs, so `observed` adds nothing here.)"""
         now = self.clock.now()
         placed = plan.placements
         for job_id, state in self._active.items():

@@ -33,7 +33,7 @@ class _Recorded:
     def observe(self) -> Observation:
         return self.observation
 
-    def enact(self, plan: RoundPlan) -> EnactReport:
+    def enact(self, plan: RoundPlan, observed: Observation) -> EnactReport:
         return EnactReport()
 
 

@@ -27,8 +27,9 @@ from slurm_hetsched.core.mechanism import GAVEL_MIN_RESET_INTERVAL_S, RoundOptio
 from slurm_hetsched.core.model import Node
 from slurm_hetsched.core.policies.base import Policy
 from slurm_hetsched.core.problem import SiteData
+from slurm_hetsched.rounds.clocks import SimClock
 from slurm_hetsched.rounds.tick import Tick, TickSettings
-from slurm_hetsched.sim.cluster import SimClock, SimulatedCluster, SimulationError
+from slurm_hetsched.sim.cluster import SimulatedCluster, SimulationError
 from slurm_hetsched.sim.layout import gpu_counts
 from slurm_hetsched.sim.restart_costs import check_restart_costs
 from slurm_hetsched.sim.results import BusySample, JobRecord, SimResult

@@ -13,13 +13,14 @@ from typing import Protocol
 
 from slurm_hetsched.errors import SlurmCommandError, UnknownJobError
 from slurm_hetsched.slurm.cli import SlurmCli
-from slurm_hetsched.slurm.parse import (
-    parse_jobs,
-    parse_nodes,
-    parse_sbatch_job_id,
+from slurm_hetsched.slurm.parse import parse_jobs, parse_nodes, parse_sbatch_job_id
+from slurm_hetsched.slurm.records import JobOptions, JobUpdate, SlurmJob, SlurmNode
+from slurm_hetsched.slurm.version import (
+    SCONTROL_JSON,
+    SlurmVersion,
+    check_supported,
     parse_version,
 )
-from slurm_hetsched.slurm.records import JobOptions, JobUpdate, SlurmJob, SlurmNode
 
 logger = logging.getLogger(__name__)
 
@@ -174,7 +175,7 @@ class CliSlurmBackend:
 
     def __init__(self, cli: SlurmCli | None = None) -> None:
         self.cli = cli or SlurmCli()
-        self._version: tuple[int, int] | None = None
+        self._version: SlurmVersion | None = None
 
     def list_jobs(self, job_ids: Sequence[str] | None = None) -> list[SlurmJob]:
         """Every job slurmctld knows (finished ones until MinJobAge), or just `job_ids`.
@@ -207,7 +208,7 @@ class CliSlurmBackend:
 
     def list_nodes(self) -> list[SlurmNode]:
         """Every node with its GPUs per type, GPUs in use, features, partitions and state."""
-        if self.version() >= (23, 2):
+        if self.version() >= SCONTROL_JSON:
             # One record per node; newer `sinfo --json` groups nodes by partition and state.
             try:
                 return parse_nodes(
@@ -307,8 +308,16 @@ class CliSlurmBackend:
         """
         self.cli.run(["scontrol", "reconfigure"])
 
-    def version(self) -> tuple[int, int]:
-        """Slurm's (major, minor) version, e.g. (22, 5); asked once, then remembered."""
+    def version(self) -> SlurmVersion:
+        """The Slurm release of the commands this backend runs (`sinfo --version`; asked
+        once, then remembered).
+
+        Raises:
+            UnsupportedSlurmError: it is older than 22.05.
+            SlurmNotFoundError: there is no `sinfo` to ask.
+        """
         if self._version is None:
-            self._version = parse_version(self.cli.run(["sinfo", "--version"]))
+            where = f"in {self.cli.bin_dir}" if self.cli.bin_dir else "on PATH"
+            found = parse_version(self.cli.run(["sinfo", "--version"]))
+            self._version = check_supported(found, f"sinfo --version {where}")
         return self._version

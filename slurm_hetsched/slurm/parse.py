@@ -297,11 +297,3 @@ def parse_sbatch_job_id(stdout: str) -> str:
             f"sbatch output not understood: {stdout.strip()!r}; expected '<job id>[;<cluster>]'"
         )
     return match["id"]
-
-
-def parse_version(text: str) -> tuple[int, int]:
-    """(major, minor) from `sinfo --version` ('slurm-wlm 22.05.8' or 'slurm 26.05.5')."""
-    match = re.search(r"(\d+)\.(\d+)(?:\.\d+)?", text)
-    if match is None:
-        raise SlurmParseError(f"cannot read the Slurm version from {text.strip()!r}")
-    return int(match[1]), int(match[2])

@@ -16,7 +16,8 @@ from slurm_hetsched.core.problem import SiteData
 from slurm_hetsched.core.throughput import ThroughputTable
 from slurm_hetsched.data_files import shipped_gpu_types, shipped_site_energy
 from slurm_hetsched.errors import ConfigError, TraceError
-from slurm_hetsched.sim.cluster import SimClock, SimulatedCluster
+from slurm_hetsched.rounds.clocks import SimClock
+from slurm_hetsched.sim.cluster import SimulatedCluster
 from slurm_hetsched.sim.restart_costs import (
     MAX_RESTART_S,
     check_restart_costs,

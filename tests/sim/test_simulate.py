@@ -15,7 +15,8 @@ from slurm_hetsched.core.problem import SiteData
 from slurm_hetsched.core.throughput import ThroughputTable
 from slurm_hetsched.data_files import shipped_gpu_types, shipped_site_energy, shipped_throughputs
 from slurm_hetsched.errors import TraceError
-from slurm_hetsched.sim.cluster import SimClock, SimulatedCluster
+from slurm_hetsched.rounds.clocks import SimClock
+from slurm_hetsched.sim.cluster import SimulatedCluster
 from slurm_hetsched.sim.generate import generate_trace
 from slurm_hetsched.sim.layout import nodes_from_counts
 from slurm_hetsched.sim.run import SimSettings, simulate

@@ -21,7 +21,6 @@ from slurm_hetsched.slurm.parse import (
     parse_jobs,
     parse_nodes,
     parse_sbatch_job_id,
-    parse_version,
     split_gres,
 )
 from slurm_hetsched.slurm.records import GpuRequest, JobState, SlurmJob, SlurmNode
@@ -214,13 +213,6 @@ def test_26_05_node_state_lists(state: list[str], base: str, blocking: tuple[str
     assert node.state == base and base not in node.state_flags
     assert node.unplannable == blocking
     assert node.available is (blocking == ())
-
-
-def test_version_strings() -> None:
-    assert parse_version(recorded("22.05", "version.txt")) == (22, 5)
-    assert parse_version(recorded("26.05", "version.txt")) == (26, 5)
-    with pytest.raises(SlurmParseError):
-        parse_version("no digits here")
 
 
 def test_job_state_list_of_26_05_keeps_flags() -> None:

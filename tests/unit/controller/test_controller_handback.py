@@ -9,8 +9,8 @@ from controller_builders import held, slurm_job
 
 from slurm_hetsched.controller.commands import service_settings
 from slurm_hetsched.controller.config import ControllerConfig
-from slurm_hetsched.controller.live import hold_is_ours
-from slurm_hetsched.controller.service import Controller
+from slurm_hetsched.controller.dry_run import DryRunController
+from slurm_hetsched.controller.round_report import hold_is_ours
 from slurm_hetsched.slurm.records import JobState
 
 
@@ -34,7 +34,7 @@ def test_the_submission_hold_and_any_hold_of_a_job_managed_before_are_ours() -> 
 def test_a_dry_run_creates_no_store(tmp_path: Path) -> None:
     store = tmp_path / "var" / "rounds.sqlite"
     config = ControllerConfig(store=store, state_root=tmp_path / "state")
-    controller = Controller(service_settings(config), dry_run=True)
+    controller = DryRunController(service_settings(config))
     try:
         assert controller._last_record() is None
     finally:

@@ -17,7 +17,8 @@ from controller_builders import TABLE, placement
 from enact_rig import Rig, make_rig
 
 from slurm_hetsched.controller.enact import ACTION_KINDS, EnactSettings
-from slurm_hetsched.controller.live import ObserveSettings, SlurmCluster
+from slurm_hetsched.controller.live import SlurmCluster
+from slurm_hetsched.controller.observer import ObserveSettings, SlurmObservation
 from slurm_hetsched.core.model import RoundPlan
 from slurm_hetsched.errors import (
     HetschedError,
@@ -324,8 +325,8 @@ def test_an_admin_comment_on_a_job_that_finished_meanwhile_is_no_failure(rig: Ri
     keep = {"101": placement("101", ("n2", "p100", 1)), "102": placement("102", ("n3", "k80", 1))}
     settings = ObserveSettings(state_root=rig.root)
     cluster = SlurmCluster(rig.backend, rig.enactor(), rig.journal, lambda: None, TABLE, settings)
-    cluster.view = view
-    report = cluster.enact(RoundPlan(round=7, keep=keep))
+    observed = SlurmObservation(snapshot=view.snapshot, view=view)
+    report = cluster.enact(RoundPlan(round=7, keep=keep), observed)
     assert report.failed == {} and cluster.last.comments_written == 1
     assert rig.slurm.sent("scontrol", "update", "JobId=101"), "it was tried"
     assert rig.slurm.record("101").admin_comment == ""

@@ -15,7 +15,7 @@ from slurm_hetsched.controller.handback import (
     format_handback_comment,
     plan_handback,
 )
-from slurm_hetsched.controller.live import hold_is_ours
+from slurm_hetsched.controller.round_report import hold_is_ours
 from slurm_hetsched.controller.scope import Scope
 from slurm_hetsched.slurm.records import JobState, SlurmJob
 

@@ -20,12 +20,14 @@ from slurm_hetsched.cli import main
 from slurm_hetsched.controller import commands
 from slurm_hetsched.controller.jobview import SlurmView
 from slurm_hetsched.controller.keys import KeyBinding
-from slurm_hetsched.controller.live import ObserveSettings, SlurmCluster
+from slurm_hetsched.controller.live import SlurmCluster
+from slurm_hetsched.controller.observer import ObserveSettings
 from slurm_hetsched.controller.restart_cost import RestartEstimate, RestartSettings
 from slurm_hetsched.controller.restart_watch import WatchedMove
 from slurm_hetsched.controller.restarts import RestartTracker
 from slurm_hetsched.core.model import ClusterSnapshot, RoundPlan
 from slurm_hetsched.slurm.records import SlurmJob, SlurmNode
+from slurm_hetsched.slurm.version import SlurmVersion
 from slurm_hetsched.store.sqlite import SqliteStore
 
 NODES = [slurm_node("n1", {"v100": 2}), slurm_node("n2", {"p100": 2})]
@@ -61,8 +63,8 @@ def move_job_101(rig: Rig, store: SqliteStore) -> None:
     rig.wrapper.delays["101"] = 3.0
     rig.slurm.requeue_polls = 2
     cluster = cluster_on(rig, store)
-    cluster.observe()
-    cluster.enact(RoundPlan(round=7, move={"101": placement("101", ("n1", "v100", 1))}))
+    observed = cluster.observe()
+    cluster.enact(RoundPlan(round=7, move={"101": placement("101", ("n1", "v100", 1))}), observed)
     assert cluster.last.outcome.moved == ["101"]
 
 
@@ -174,8 +176,8 @@ def test_a_stop_is_not_watched(rig: Rig, tmp_path: Path) -> None:
     store = SqliteStore(tmp_path / "rounds.sqlite", clock=rig.clock)
     rig.slurm.add_running("101", "n2", "p100")
     cluster = cluster_on(rig, store)
-    cluster.observe()
-    cluster.enact(RoundPlan(round=7, stop=("101",)))
+    observed = cluster.observe()
+    cluster.enact(RoundPlan(round=7, stop=("101",)), observed)
     assert cluster.last.outcome.stopped == ["101"]
     assert store.restart_moves() == []
     store.close()
@@ -233,6 +235,9 @@ class FakeSlurm:
     def list_nodes(self) -> list[SlurmNode]:
         return self.nodes
 
+    def version(self) -> SlurmVersion:
+        return SlurmVersion(22, 5, 8)
+
 
 def test_status_shows_each_jobs_restart_cost_and_its_source(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
@@ -256,6 +261,7 @@ def test_status_shows_each_jobs_restart_cost_and_its_source(
     monkeypatch.setattr(commands, "CliSlurmBackend", lambda cli: FakeSlurm(jobs, NODES))
     assert main(["status", "--config", str(config)]) == 0
     out = capsys.readouterr().out.splitlines()
+    assert out[0] == "Slurm 22.05.8 (commands on PATH)"
     header = next(line for line in out if line.startswith("KEY "))
     assert header.split() == [
         "KEY", "JOBID", "USER", "STATE", "CLASS", "GPUS", "RESTART", "TARGET", "SHARE",

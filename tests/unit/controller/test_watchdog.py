@@ -15,6 +15,7 @@ from controller_builders import held
 from slurm_hetsched.cli import main
 from slurm_hetsched.controller.commands import service_settings
 from slurm_hetsched.controller.config import ConfigError, ControllerConfig, load_config
+from slurm_hetsched.controller.dry_run import DryRunController
 from slurm_hetsched.controller.service import Controller, SingleControllerLock
 from slurm_hetsched.controller.watchdog import _when, judge, run_watchdog
 from slurm_hetsched.slurm.records import JobUpdate, SlurmJob
@@ -146,7 +147,7 @@ def test_the_service_beats_after_every_round_and_a_dry_run_never(tmp_path: Path)
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     config = dataclasses.replace(_config(tmp_path), bin_dir=str(bin_dir), retries=0)
-    dry = Controller(service_settings(config), dry_run=True)
+    dry = DryRunController(service_settings(config))
     try:
         dry.serve(once=True)
     finally:

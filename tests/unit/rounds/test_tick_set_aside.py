@@ -61,7 +61,7 @@ class FixedCluster:
     def observe(self) -> Observation:
         return Observation(self.snapshot)
 
-    def enact(self, plan: RoundPlan) -> EnactReport:
+    def enact(self, plan: RoundPlan, observed: Observation) -> EnactReport:
         self.plans.append(plan)
         return EnactReport()
 

@@ -14,8 +14,9 @@ from slurm_hetsched.core.model import Node
 from slurm_hetsched.core.policies import get_policy
 from slurm_hetsched.core.problem import SiteData
 from slurm_hetsched.data_files import shipped_gpu_types, shipped_site_energy, shipped_throughputs
+from slurm_hetsched.rounds.clocks import SimClock
 from slurm_hetsched.rounds.tick import Tick, TickSettings
-from slurm_hetsched.sim.cluster import SimClock, SimulatedCluster
+from slurm_hetsched.sim.cluster import SimulatedCluster
 from slurm_hetsched.sim.generate import generate_trace
 from slurm_hetsched.store.codec import record_from_json, record_to_json
 from slurm_hetsched.store.memory import MemoryStore
