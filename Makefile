@@ -7,7 +7,7 @@ PYTEST_ARGS ?=
 # The SPANK plugin, registered in the dev cluster by `up`, `test` and `demo` (docs/spank.md).
 SPANK_SO := spank/hetsched_spank.so
 
-.PHONY: setup test unit demo up down status lint clean spank
+.PHONY: setup test test-slurm unit demo up down status lint clean spank
 
 setup: $(VENV)/.installed
 
@@ -26,30 +26,45 @@ $(SPANK_SO): spank/hetsched_spank.c spank/Makefile | setup
 	$(HETSCHED) devcluster install
 	$(MAKE) -C spank
 
-# The whole suite: brings the dev cluster up, runs unit and integration tests, and stops it again.
+# Which dev cluster `up`, `down`, `status` and `test-slurm` use: system (this machine's Slurm,
+# 22.05 on Debian 12) or sid (the newest Slurm of Debian sid, in a chroot: docs/devcluster-sid.md).
+SLURM ?= system
+UP_ARGS = $(if $(filter sid,$(SLURM)),--slurm sid,--slurm system --spank $(SPANK_SO))
+
+# The whole suite: brings both dev clusters up, runs the unit tests, then the integration and
+# end-to-end tests against both Slurm versions side by side, and stops both clusters again.
 test: setup $(SPANK_SO)
-	$(HETSCHED) devcluster up --spank $(SPANK_SO)
+	$(HETSCHED) devcluster up --slurm system --spank $(SPANK_SO)
+	$(HETSCHED) devcluster up --slurm sid
 	CI=$${CI:-}; status=0; \
-	eval "$$($(HETSCHED) devcluster env)"; \
-	$(BIN)/python -m pytest $(PYTEST_ARGS) || status=$$?; \
-	$(HETSCHED) devcluster down; exit $$status
+	tests/both_slurms.sh $(HETSCHED) $(BIN)/python $(PYTEST_ARGS) || status=$$?; \
+	$(HETSCHED) devcluster down --slurm sid; $(HETSCHED) devcluster down --slurm system; \
+	exit $$status
+
+# The integration and end-to-end tests against one Slurm: make test-slurm SLURM=sid
+test-slurm: setup $(SPANK_SO)
+	$(HETSCHED) devcluster up $(UP_ARGS)
+	CI=$${CI:-}; status=0; \
+	eval "$$($(HETSCHED) devcluster env --slurm $(SLURM))"; \
+	$(BIN)/python -m pytest -m slurm $(PYTEST_ARGS) || status=$$?; \
+	$(HETSCHED) devcluster down --slurm $(SLURM); exit $$status
 
 # Tests that need no Slurm.
 unit: setup
 	$(BIN)/python -m pytest -m "not slurm" $(PYTEST_ARGS)
 
 demo: setup $(SPANK_SO)
-	$(HETSCHED) devcluster up --spank $(SPANK_SO)
-	eval "$$($(HETSCHED) devcluster env)"; $(BIN)/python examples/controller_demo.py
+	$(HETSCHED) devcluster up --slurm system --spank $(SPANK_SO)
+	eval "$$($(HETSCHED) devcluster env --slurm system)"; $(BIN)/python examples/controller_demo.py
 
 up: setup $(SPANK_SO)
-	$(HETSCHED) devcluster up --spank $(SPANK_SO)
+	$(HETSCHED) devcluster up $(UP_ARGS)
 
 down: setup
-	$(HETSCHED) devcluster down
+	$(HETSCHED) devcluster down --slurm $(SLURM)
 
 status: setup
-	$(HETSCHED) devcluster status
+	$(HETSCHED) devcluster status --slurm $(SLURM)
 
 lint: setup
 	$(BIN)/pip install --quiet ruff mypy

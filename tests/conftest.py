@@ -29,6 +29,21 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.slurm)
 
 
+def pytest_report_header(config: pytest.Config) -> str | None:
+    """Which Slurm the `slurm` tests run against, on the first lines of the output."""
+    from slurm_hetsched.errors import SlurmError
+    from slurm_hetsched.slurm import CliSlurmBackend, SlurmCli
+
+    conf = os.environ.get("SLURM_CONF") or str(ROOT / ".devcluster" / "etc" / "slurm.conf")
+    if not Path(conf).is_file():
+        return f"slurm: no cluster config at {conf}"
+    try:
+        release = CliSlurmBackend(SlurmCli(slurm_conf=conf, timeout_s=10)).version()
+    except SlurmError as exc:
+        return f"slurm: {conf}: version unknown ({exc})"
+    return f"slurm: {release} ({conf})"
+
+
 def in_ci() -> bool:
     return os.environ.get("CI", "").lower() not in ("", "0", "false", "no")
 

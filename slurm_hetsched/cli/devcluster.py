@@ -6,6 +6,10 @@ import argparse
 import os
 import shlex
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from slurm_hetsched.nodelayout import DevClusterConfig
 
 
 def add_devcluster(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -58,13 +62,36 @@ def add_devcluster(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> 
         "state (a stopped cluster only: run `down` first). Without it, a cluster whose "
         "slurmctld died is restarted with its jobs; after `down` it starts clean anyway",
     )
-    actions.add_parser(
+    install = actions.add_parser(
         "install",
         help="only install Slurm, its headers and munge from Debian's packages if missing",
     )
-    actions.add_parser("down", help="cancel all jobs and stop the daemons this tool started")
-    actions.add_parser("status", help="print nodes, GPU types and jobs")
-    actions.add_parser("env", help="print `export SLURM_CONF=...` for this cluster (for eval)")
+    down = actions.add_parser("down", help="cancel all jobs and stop the daemons this tool started")
+    status = actions.add_parser("status", help="print nodes, GPU types and jobs")
+    env = actions.add_parser(
+        "env", help="print `export SLURM_CONF=...` for this cluster (for eval)"
+    )
+    for action in (up, install, down, status, env):
+        _add_slurm_choice(action)
+
+
+def _add_slurm_choice(action: argparse.ArgumentParser) -> None:
+    action.add_argument(
+        "--slurm",
+        choices=("system", "sid"),
+        help="system: this machine's Slurm (Debian 12: 22.05); sid: the newest Slurm of Debian "
+        "sid (24.11 or later), in a chroot, on ports 1000 higher, next to the system one "
+        "(docs/devcluster-sid.md). Default: sid when $SLURM_CONF is the sid cluster's "
+        'slurm.conf (a shell that ran `eval "$(hetsched devcluster env --slurm sid)"`), '
+        "else system",
+    )
+    action.add_argument(
+        "--chroot",
+        type=Path,
+        metavar="DIR",
+        help="with --slurm sid: the chroot folder (default $HETSCHED_SID_CHROOT, else "
+        "/var/tmp/hetsched-sid-chroot); kept across `down`",
+    )
 
 
 def devcluster_command(args: argparse.Namespace) -> int:
@@ -78,6 +105,8 @@ def devcluster_command(args: argparse.Namespace) -> int:
         if os.environ.get("HETSCHED_DEVCLUSTER_DIR")
         else default_dir()
     )
+    if (args.slurm or _slurm_of_environment(folder.resolve())) == "sid":
+        return _sid_command(args, config, folder.resolve())
     cluster = DevCluster(config, folder.resolve())
     if args.action == "up":
         print(cluster.up(spank_plugins=args.spank, clean=args.clean))
@@ -89,4 +118,39 @@ def devcluster_command(args: argparse.Namespace) -> int:
         print(cluster.status())
     elif args.action == "env":
         print(f"export SLURM_CONF={shlex.quote(str(cluster.slurm_conf))}")
+    return 0
+
+
+def _slurm_of_environment(folder: Path) -> str:
+    """ "sid" when $SLURM_CONF is the sid cluster's slurm.conf in `folder`, else "system": a
+    plain `hetsched devcluster up` in a shell set up for the sid cluster (a test that restarts
+    slurmctld) acts on the sid cluster."""
+    conf = os.environ.get("SLURM_CONF")
+    sid_conf = folder / "sid" / "etc" / "slurm.conf"
+    try:
+        return "sid" if conf and os.path.samefile(conf, sid_conf) else "system"
+    except OSError:
+        return "system"
+
+
+def _sid_command(args: argparse.Namespace, config: DevClusterConfig, folder: Path) -> int:
+    from slurm_hetsched.devcluster.sid import SidCluster
+    from slurm_hetsched.errors import DevClusterError
+
+    cluster = SidCluster(config, folder, args.chroot)
+    if args.action == "up":
+        if args.spank:
+            raise DevClusterError(
+                "--spank registers plugins built for the system Slurm; with --slurm sid, `up` "
+                "builds ours against the chroot's Slurm and registers it by itself"
+            )
+        print(cluster.up(clean=args.clean))
+    elif args.action == "install":
+        print(cluster.install())
+    elif args.action == "down":
+        print(cluster.down())
+    elif args.action == "status":
+        print(cluster.status())
+    elif args.action == "env":
+        print("\n".join(cluster.env_lines()))
     return 0

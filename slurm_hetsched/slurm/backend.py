@@ -7,7 +7,7 @@ values that come from users (job names, comments) travel as single argv elements
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Protocol
 
@@ -123,21 +123,33 @@ def _options_argv(options: JobOptions) -> list[str]:
     if options.open_mode_append:
         argv.append("--open-mode=append")
     if options.export is not None:
-        argv.append("--export=" + _export_value(options.export, options.export_all))
+        argv.append("--export=ALL")  # the variables travel in sbatch's environment
     argv += [f"--{name}={value}" for name, value in options.extra]
     return argv
 
 
-def _export_value(variables: Mapping[str, str], export_all: bool) -> str:
-    if not variables and not export_all:
-        return "NONE"
-    parts = ["ALL"] if export_all else []
-    for name, value in variables.items():
-        # sbatch splits --export on commas; refuse values it would misread.
-        if not str(name).replace("_", "").isalnum() or "," in str(value):
-            raise ValueError(f"cannot export {name}={value!r}: names are A-Z0-9_, values no ','")
-        parts.append(f"{name}={value}")
-    return ",".join(parts)
+def submission_environment(components: Sequence[JobOptions]) -> tuple[dict[str, str], bool]:
+    """The variables to add to sbatch's environment, and whether the submitter's own go too.
+
+    Exported variables travel in sbatch's environment, with `--export=ALL`: any other
+    --export (`ALL,NAME=value`, a list, NONE) makes slurmd build the job's environment by
+    logging the user in (`su -`), which Slurm 26.05 holds the job for when it fails (a nologin
+    user) and which adds the user's login environment where it works. So every component of
+    a job exports the same variables, the same way.
+    """
+    exporting = [c for c in components if c.export is not None]
+    if not exporting:
+        return {}, True
+    first = exporting[0]
+    if len(exporting) != len(components) or any(
+        dict(c.export or {}) != dict(first.export or {}) or c.export_all != first.export_all
+        for c in exporting
+    ):
+        raise ValueError("the components of one job must export the same variables")
+    for name in first.export or {}:
+        if not name or not name.replace("_", "").isalnum() or name[0].isdigit():
+            raise ValueError(f"cannot export {name!r}: names are A-Z, 0-9 and _")
+    return dict(first.export or {}), first.export_all
 
 
 def _str(value: int | None) -> str | None:
@@ -236,14 +248,17 @@ class CliSlurmBackend:
                 keeps root's group and root's environment.
             gid: the group to submit as (with `uid`).
         """
+        env, inherit = submission_environment(components)
         if isinstance(script, Path):
             argv = sbatch_argv(components, str(script), uid=uid, gid=gid)
-            stdout = self.cli.run(argv, retry=False)
+            stdout = self.cli.run(argv, retry=False, env=env, inherit_env=inherit)
         else:
             if not script.startswith("#!"):
                 raise ValueError("a batch script must start with '#!' (e.g. #!/bin/bash)")
             argv = sbatch_argv(components, None, uid=uid, gid=gid)
-            stdout = self.cli.run(argv, input_text=script, retry=False)
+            stdout = self.cli.run(
+                argv, input_text=script, retry=False, env=env, inherit_env=inherit
+            )
         return parse_sbatch_job_id(stdout)
 
     def signal(self, job_id: str, signal: str, *, target: str = "batch") -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 import os
 import re
+import shutil
 import subprocess
 import time
 from collections.abc import Mapping, Sequence
@@ -22,6 +23,10 @@ from slurm_hetsched.errors import (
 )
 
 logger = logging.getLogger(__name__)
+
+# The PATH of a job submitted with only the variables it is given (a re-submission): the
+# system's, never the controller's own.
+JOB_PATH = "/usr/local/bin:/usr/bin:/bin"
 
 # Slurm's messages (22.05 to 26.05) that mean "no such job" or "you asked for something that
 # does not exist here"; anything else stays a plain SlurmCommandError.
@@ -57,8 +62,16 @@ class SlurmCli:
     retries: int = 0
     retry_backoff_s: float = 1.0
 
-    def _env(self) -> dict[str, str]:
-        env = dict(os.environ)
+    def _env(self, add: Mapping[str, str], inherit: bool) -> dict[str, str]:
+        # Without `inherit`: only `add` (and the cluster's SLURM_CONF), for an sbatch whose
+        # whole environment becomes the job's (backend.submit).
+        if inherit:
+            env = dict(os.environ)
+        else:
+            env = {"PATH": JOB_PATH}
+            if "SLURM_CONF" in os.environ:
+                env["SLURM_CONF"] = os.environ["SLURM_CONF"]
+        env.update(add)
         env.update(self.extra_env)
         if self.slurm_conf:
             env["SLURM_CONF"] = self.slurm_conf
@@ -67,7 +80,15 @@ class SlurmCli:
             env.pop(name, None)
         return env
 
-    def run(self, argv: Sequence[str], *, input_text: str | None = None, retry: bool = True) -> str:
+    def run(
+        self,
+        argv: Sequence[str],
+        *,
+        input_text: str | None = None,
+        retry: bool = True,
+        env: Mapping[str, str] | None = None,
+        inherit_env: bool = True,
+    ) -> str:
         """Run one Slurm command and return its stdout, retrying transient failures.
 
         Args:
@@ -75,6 +96,9 @@ class SlurmCli:
             input_text: sent on standard input.
             retry: False for a command that must not run twice (sbatch: a submission that
                 timed out may still have been accepted).
+            env: variables to add to its environment.
+            inherit_env: False runs it with only `env` (plus a system PATH and SLURM_CONF),
+                not with this process's environment.
 
         Raises:
             SlurmNotFoundError: the program is not installed.
@@ -84,7 +108,7 @@ class SlurmCli:
         attempts = 1 + (self.retries if retry else 0)
         for attempt in range(attempts):
             try:
-                return self._run_once(argv, input_text)
+                return self._run_once(argv, input_text, env or {}, inherit_env)
             except (UnknownJobError, InvalidRequestError):
                 raise
             except SlurmCommandError as exc:
@@ -97,10 +121,15 @@ class SlurmCli:
                 time.sleep(wait_s)
         raise AssertionError("unreachable")
 
-    def _run_once(self, argv: Sequence[str], input_text: str | None) -> str:
+    def _run_once(
+        self, argv: Sequence[str], input_text: str | None, add: Mapping[str, str], inherit: bool
+    ) -> str:
         command = list(argv)
         if self.bin_dir:
             command[0] = os.path.join(self.bin_dir, command[0])
+        elif not inherit:
+            # Found on this process's PATH, not on the short PATH it runs with.
+            command[0] = shutil.which(command[0]) or command[0]
         logger.debug("running %s", command)
         try:
             done = subprocess.run(
@@ -108,7 +137,7 @@ class SlurmCli:
                 input=input_text,
                 capture_output=True,
                 text=True,
-                env=self._env(),
+                env=self._env(add, inherit),
                 timeout=self.timeout_s,
                 check=False,
             )

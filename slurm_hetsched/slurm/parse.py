@@ -124,7 +124,16 @@ def parse_gpu_request(tres_per_node: str) -> GpuRequest | None:
 
 
 def _job_state(value: Any) -> tuple[JobState, tuple[str, ...]]:
+    """The base state and the flags. 22.05 prints one word, a flag before the base (a requeued
+    job still ending its run is "COMPLETING"); 26.05 lists the base and its flags
+    (["PENDING", "COMPLETING"]). A completing job is COMPLETING on both: it still holds its
+    GPUs, and a requeue is not finished before it ends (a job released earlier is given a
+    BeginTime of now + the requeue delay when it does)."""
     states = [value] if isinstance(value, str) else list(value or [])
+    upper = [str(state).upper() for state in states]
+    if JobState.COMPLETING.value in upper:
+        upper.remove(JobState.COMPLETING.value)
+        states = [JobState.COMPLETING.value, *upper]
     base = JobState.UNKNOWN
     flags = []
     for state in states:

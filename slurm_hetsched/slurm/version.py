@@ -2,7 +2,7 @@
 slurm-hetsched supports. Where two releases need different commands, the backend asks here.
 
 Supported: 22.05 (Debian 12) to the newest release tested (26.05, Debian sid); the
-differences that matter are listed in docs/slurm-versions.md.
+differences that matter are listed in docs/slurm-backend.md ("Slurm versions").
 """
 
 from __future__ import annotations

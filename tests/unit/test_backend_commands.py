@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 import pytest
 
-from slurm_hetsched.slurm.backend import sbatch_argv, update_argv
+from slurm_hetsched.slurm.backend import sbatch_argv, submission_environment, update_argv
+from slurm_hetsched.slurm.cli import JOB_PATH, SlurmCli
 from slurm_hetsched.slurm.records import GpuRequest, JobOptions, JobUpdate
 
 
@@ -30,7 +34,7 @@ def test_sbatch_argv_for_a_managed_job() -> None:
         "--hold",
         "--requeue",
         "--open-mode=append",
-        "--export=ALL,HETSCHED_JOB_KEY=42",
+        "--export=ALL",  # HETSCHED_JOB_KEY travels in sbatch's environment
         "/s/train.sbatch",
     ]
 
@@ -56,15 +60,53 @@ def test_heterogeneous_components_are_separated_by_a_colon_argument() -> None:
     ]
 
 
-def test_export_of_only_the_given_variables() -> None:
-    only = JobOptions(export={"HETSCHED_JOB_KEY": "7"}, export_all=False)
-    assert sbatch_argv([only], None)[-1] == "--export=HETSCHED_JOB_KEY=7"
-    assert sbatch_argv([JobOptions(export={}, export_all=False)], None)[-1] == "--export=NONE"
+def test_exported_variables_go_through_sbatchs_environment() -> None:
+    # Any --export but ALL or NIL (even ALL,NAME=value) makes slurmd build the job's
+    # environment by logging the user in (`su -`): Slurm 26.05 holds the job when that fails.
+    # So sbatch runs with the variables in its environment and exports it.
+    only = JobOptions(export={"HETSCHED_JOB_KEY": "7", "LIST": "a,b"}, export_all=False)
+    assert sbatch_argv([only], None)[-1] == "--export=ALL"
+    assert submission_environment([only]) == ({"HETSCHED_JOB_KEY": "7", "LIST": "a,b"}, False)
+    assert submission_environment([JobOptions(export={}, export_all=False)]) == ({}, False)
+    assert submission_environment([JobOptions(export={"A": "1"})]) == ({"A": "1"}, True)
+    assert submission_environment([JobOptions()]) == ({}, True)
+    assert "--export=ALL" not in sbatch_argv([JobOptions()], None), "Slurm's default"
 
 
-def test_export_refuses_values_sbatch_would_split() -> None:
+def test_components_of_one_job_export_the_same_variables() -> None:
+    one = JobOptions(export={"KEY": "1"}, export_all=False)
+    assert submission_environment([one, one]) == ({"KEY": "1"}, False)
+    for other in (
+        JobOptions(export={"KEY": "2"}, export_all=False),
+        JobOptions(export={"KEY": "1"}),
+        JobOptions(),
+    ):
+        with pytest.raises(ValueError, match="same variables"):
+            submission_environment([one, other])
     with pytest.raises(ValueError, match="cannot export"):
-        sbatch_argv([JobOptions(export={"KEY": "a,b"})], None)
+        submission_environment([JobOptions(export={"BAD NAME": "1"}, export_all=False)])
+
+
+def test_a_command_run_with_only_some_variables_sees_only_those(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    fake = bin_dir / "sbatch"
+    fake.write_text("#!/bin/sh\nenv | sort\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")  # found on the caller's PATH
+    monkeypatch.setenv("SUBMITTER_SECRET", "leaked")
+    cli = SlurmCli(slurm_conf="/etc/slurm/slurm.conf")
+    only = cli.run(["sbatch"], env={"KEY": "a,b"}, inherit_env=False)
+    seen = dict(line.split("=", 1) for line in only.splitlines())
+    assert "SUBMITTER_SECRET" not in seen and seen["KEY"] == "a,b"
+    assert seen["SLURM_CONF"] == "/etc/slurm/slurm.conf" and seen["PATH"] == JOB_PATH
+    added = cli.run(["sbatch"], env={"KEY": "1"})
+    assert "SUBMITTER_SECRET=leaked" in added and "KEY=1" in added, "else: the caller's, plus"
+
+
+def test_a_job_needs_a_component() -> None:
     with pytest.raises(ValueError, match="at least one component"):
         sbatch_argv([], None)
 

@@ -18,6 +18,7 @@ from slurm_hetsched.slurm.cli import classify_failure
 from slurm_hetsched.slurm.parse import (
     parse_gpu_request,
     parse_gres_counts,
+    parse_job,
     parse_jobs,
     parse_nodes,
     parse_sbatch_job_id,
@@ -26,7 +27,10 @@ from slurm_hetsched.slurm.parse import (
 from slurm_hetsched.slurm.records import GpuRequest, JobState, SlurmJob, SlurmNode
 
 GOLDEN = Path(__file__).resolve().parents[1] / "golden"
-VERSIONS = ["22.05", "26.05"]
+# Every recorded release (tests/golden/README.md: how to record a new one): the oldest
+# supported, 22.05, and whatever Debian sid carried when recorded.
+VERSIONS = sorted(p.name.removeprefix("slurm-") for p in GOLDEN.glob("slurm-*") if p.is_dir())
+assert "22.05" in VERSIONS and len(VERSIONS) >= 2, VERSIONS
 SPEC = "hetsched:class=ResNet-50 (batch size 64);steps=20000;weight=1"
 
 
@@ -213,6 +217,17 @@ def test_26_05_node_state_lists(state: list[str], base: str, blocking: tuple[str
     assert node.state == base and base not in node.state_flags
     assert node.unplannable == blocking
     assert node.available is (blocking == ())
+
+
+def test_a_job_still_completing_is_completing_in_both_dialects() -> None:
+    """26.05 lists a requeued job that is still ending its run as ["PENDING", "COMPLETING"];
+    22.05 prints "COMPLETING". Both are COMPLETING: not held yet, its GPUs still in use."""
+    base = json.loads(recorded("26.05", "squeue.json"))["jobs"][0]
+    for raw_state in (["PENDING", "COMPLETING"], "COMPLETING"):
+        job = parse_job({**base, "job_state": raw_state})
+        assert job.state is JobState.COMPLETING
+        assert not job.held
+    assert parse_job({**base, "job_state": ["PENDING", "COMPLETING"]}).state_flags == ("PENDING",)
 
 
 def test_job_state_list_of_26_05_keeps_flags() -> None:

@@ -31,6 +31,14 @@ def test_the_recorded_releases_are_read(folder: str, release: SlurmVersion) -> N
     assert parse_version((GOLDEN / folder / "version.txt").read_text()) == release
 
 
+def test_each_recording_folder_holds_the_release_it_is_named_after() -> None:
+    folders = sorted(GOLDEN.glob("slurm-*"))
+    assert len(folders) >= 2
+    for folder in folders:
+        release = parse_version((folder / "version.txt").read_text())
+        assert folder.name == f"slurm-{release.major}.{release.minor:02d}", folder
+
+
 def test_a_release_prints_as_slurm_writes_it_and_compares_with_short_tuples() -> None:
     assert str(SlurmVersion(22, 5, 8)) == "22.05.8"
     assert str(parse_version("slurm 24.11")) == "24.11.0"

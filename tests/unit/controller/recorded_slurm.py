@@ -16,7 +16,7 @@ import os
 import pwd
 import re
 import shlex
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -111,6 +111,8 @@ class RecordedSlurm:
         self.clock = clock
         self.jobs: dict[str, dict[str, Any]] = {}
         self.calls: list[list[str]] = []
+        # Each sbatch: its argv, the variables added to its environment, whether it inherits ours.
+        self.submissions: list[tuple[list[str], dict[str, str], bool]] = []
         self.times: list[float] = []  # the clock at each call
         self.signals: list[tuple[str, str]] = []  # (job id, signal)
         self.unanswered: list[list[str]] = []
@@ -172,8 +174,18 @@ class RecordedSlurm:
 
     # -- SlurmCli ------------------------------------------------------------------------------
 
-    def run(self, argv: Sequence[str], *, input_text: str | None = None, retry: bool = True) -> str:
+    def run(
+        self,
+        argv: Sequence[str],
+        *,
+        input_text: str | None = None,
+        retry: bool = True,
+        env: Mapping[str, str] | None = None,
+        inherit_env: bool = True,
+    ) -> str:
         argv = list(argv)
+        if argv and argv[0] == "sbatch":
+            self.submissions.append((argv, dict(env or {}), inherit_env))
         verb, job_id = verb_of(argv), job_id_of(argv)
         self.calls.append(argv)
         self.times.append(self.clock())

@@ -231,6 +231,12 @@ def test_a_resubmission_and_a_call_off_are_journaled_inside_their_umbrella_actio
     assert rig.read("103", "resume_request.json") is not None
     assert rig.slurm.record("102").state is JobState.CANCELLED
     assert rig.slurm.record("200").state is JobState.PENDING and not rig.slurm.record("200").held
+    # The copy gets only its variables, through sbatch's environment: no --export list (which
+    # makes Slurm 26.05 log the user in and hold the job when that fails), none of ours.
+    ((sbatch, added, inherits),) = rig.slurm.submissions
+    assert [a for a in sbatch if a.startswith("--export")] == ["--export=ALL"] * 2
+    assert not inherits and added["HETSCHED_JOB_KEY"] == "102"
+    assert added["PATH"] == "/usr/local/bin:/usr/bin:/bin"
 
 
 def test_the_requeue_is_awaited_until_slurm_shows_the_job_held(rig: Rig) -> None:
