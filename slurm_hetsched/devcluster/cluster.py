@@ -189,21 +189,9 @@ class DevCluster:
                 )
 
     def _write_files(self) -> None:
-        paths = self.paths
-        for folder in (paths.etc, paths.state, paths.log, paths.run, paths.fakedev, paths.jobs):
-            folder.mkdir(parents=True, exist_ok=True)
-        for node in self.config.nodes:
-            (paths.spool / node.name).mkdir(parents=True, exist_ok=True)
-        for index in range(fake_device_count(self.config)):
-            device = paths.fakedev / f"nvidia{index}"
-            if not device.exists():
-                # A character device like the real /dev/nvidiaN (major 195): slurmd only
-                # stat()s it; with TaskPlugin=task/none nothing opens it.
-                os.mknod(device, 0o666 | 0o020000, os.makedev(195, index))
-        paths.slurm_conf.write_text(render_slurm_conf(self.config, paths, _controller_host()))
-        paths.gres_conf.write_text(render_gres_conf(self.config, paths))
-        if not paths.plugstack_conf.exists():
-            paths.plugstack_conf.write_text(render_plugstack_conf([]))
+        write_cluster_files(self.config, self.paths, _controller_host())
+        if not self.paths.plugstack_conf.exists():
+            self.paths.plugstack_conf.write_text(render_plugstack_conf([]))
 
     def _reload_plugins(self, running: dict[str, int], plugins: Sequence[Path]) -> str:
         """Make daemons that were already running load the plugstack.conf just written.
@@ -391,3 +379,19 @@ def _require_root() -> None:
 def _controller_host() -> str:
     # slurmctld only runs on the host named in SlurmctldHost: this machine's short name.
     return socket.gethostname().split(".")[0]
+
+
+def write_cluster_files(config: DevClusterConfig, paths: ClusterPaths, host: str) -> None:
+    """The folders, fake GPU devices, slurm.conf and gres.conf of a cluster (either Slurm's)."""
+    for folder in (paths.etc, paths.state, paths.log, paths.run, paths.fakedev, paths.jobs):
+        folder.mkdir(parents=True, exist_ok=True)
+    for node in config.nodes:
+        (paths.spool / node.name).mkdir(parents=True, exist_ok=True)
+    for index in range(fake_device_count(config)):
+        device = paths.fakedev / f"nvidia{index}"
+        if not device.exists():
+            # A character device like the real /dev/nvidiaN (major 195): slurmd only
+            # stat()s it; with TaskPlugin=task/none nothing opens it.
+            os.mknod(device, 0o666 | 0o020000, os.makedev(195, index))
+    paths.slurm_conf.write_text(render_slurm_conf(config, paths, host))
+    paths.gres_conf.write_text(render_gres_conf(config, paths))

@@ -22,12 +22,10 @@ import slurm_hetsched.devcluster.processes as processes
 import slurm_hetsched.devcluster.sidfiles as sidfiles
 import slurm_hetsched.devcluster.sidhost as sidhost
 import slurm_hetsched.devcluster.state as state
+from slurm_hetsched.devcluster.cluster import write_cluster_files
 from slurm_hetsched.devcluster.plugins import write_plugstack
 from slurm_hetsched.devcluster.render import (
     ClusterPaths,
-    fake_device_count,
-    render_gres_conf,
-    render_slurm_conf,
 )
 from slurm_hetsched.devcluster.tables import format_jobs, format_nodes
 from slurm_hetsched.errors import DevClusterError, SlurmError
@@ -216,18 +214,7 @@ class SidCluster:
         raise DevClusterError("munged did not start in the chroot")
 
     def _write_files(self) -> None:
-        paths = self.paths
-        for folder in (paths.etc, paths.state, paths.log, paths.run, paths.fakedev, paths.jobs):
-            folder.mkdir(parents=True, exist_ok=True)
-        for node in self.config.nodes:
-            (paths.spool / node.name).mkdir(parents=True, exist_ok=True)
-        for index in range(fake_device_count(self.config)):
-            device = paths.fakedev / f"nvidia{index}"
-            if not device.exists():
-                os.mknod(device, 0o666 | 0o020000, os.makedev(195, index))
-        host = os.uname().nodename.split(".")[0]
-        paths.slurm_conf.write_text(render_slurm_conf(self.config, paths, host))
-        paths.gres_conf.write_text(render_gres_conf(self.config, paths))
+        write_cluster_files(self.config, self.paths, os.uname().nodename.split(".")[0])
 
     def _write_wrappers(self) -> None:
         self.bin_dir.mkdir(parents=True, exist_ok=True)
