@@ -15,6 +15,11 @@ shift 2
 status=0
 "$python" -m pytest -m "not slurm" -p no:cacheprovider "$@" || status=1
 
+# The other users some tests submit as, made now (as root): two runs creating them at the same
+# moment would race on /etc/passwd.
+"$python" -c 'from tests.users import ALICE, BOB, ensure_user; ensure_user(ALICE); ensure_user(BOB)' \
+    || status=1
+
 sid_log=$(mktemp)
 trap 'rm -f "$sid_log"' EXIT
 # tests/integration/test_devcluster.py tests the dev cluster tool on the system's Slurm with a
