@@ -106,8 +106,9 @@ def run_controller(
         last[:] = [summary]
 
     if dry_run:
-        release = slurm_release(CliSlurmBackend(settings.cli))
-        dry = DryRunController(settings)
+        slurm = CliSlurmBackend(settings.cli)
+        release = slurm_release(slurm)
+        dry = DryRunController(settings, slurm=slurm)
         logger.info("dry run: slurm=%s", release)
 
         def on_dry_round(summary: RoundSummary) -> None:
@@ -125,9 +126,10 @@ def run_controller(
         _fail_if_skipped(last)
         return 0
     # Before anything is made: a Slurm older than 22.05 is refused.
-    release = slurm_release(CliSlurmBackend(settings.cli))
+    slurm = CliSlurmBackend(settings.cli)
+    release = slurm_release(slurm)
     with SingleControllerLock(settings.lock_path):
-        controller = Controller(settings)
+        controller = Controller(settings, slurm=slurm)
         logger.info(
             "controller started: policy=%s round_s=%g store=%s state_root=%s slurm=%s",
             settings.policy,

@@ -64,7 +64,13 @@ class DryRunController(RoundService):
 
     dry_run = True
 
-    def __init__(self, settings: ServiceSettings, *, clock: Clock = SYSTEM_CLOCK) -> None:
+    def __init__(
+        self,
+        settings: ServiceSettings,
+        *,
+        clock: Clock = SYSTEM_CLOCK,
+        slurm: CliSlurmBackend | None = None,
+    ) -> None:
         # A state root others can write is refused even here; a missing one is not made.
         if os.path.lexists(settings.observe.state_root):
             check_state_root(settings.observe.state_root, create=False)
@@ -76,7 +82,7 @@ class DryRunController(RoundService):
         if last is not None:
             self._memory.save_enacted(last)
         observer = SlurmObserver(
-            CliSlurmBackend(settings.cli),
+            slurm or CliSlurmBackend(settings.cli),
             settings.site.table,
             settings.observe,
             registry=self._store,
@@ -85,11 +91,7 @@ class DryRunController(RoundService):
             clock=clock.now,
         )
         self.cluster = DryRunCluster(observer, self._memory.load)
-        self._tick = Tick(self.policy, settings.site, self.cluster, self._memory, settings.tick)
-
-    @property
-    def tick(self) -> Tick[SlurmObservation]:
-        return self._tick
+        self.tick = Tick(self.policy, settings.site, self.cluster, self._memory, settings.tick)
 
     @property
     def planned(self) -> list[str]:

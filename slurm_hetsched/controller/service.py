@@ -80,16 +80,14 @@ class RoundService:
     of each round. The live controller and the dry run differ only in the hooks below."""
 
     dry_run = False
+    tick: Tick[SlurmObservation]  # built by each kind, over its own cluster and store
 
     def __init__(self, settings: ServiceSettings, policy: Policy, clock: Clock) -> None:
         self.settings = settings
         self.policy = policy
         self.clock = clock
         self._stop = threading.Event()
-
-    @property
-    def tick(self) -> Tick[SlurmObservation]:
-        raise NotImplementedError
+        self._needs_reconcile = False
 
     # -- hooks ---------------------------------------------------------------------------------
 
@@ -149,8 +147,6 @@ class RoundService:
 
     # -- the service ---------------------------------------------------------------------------
 
-    _needs_reconcile = False
-
     def serve(
         self,
         *,
@@ -202,11 +198,17 @@ class RoundService:
 class Controller(RoundService):
     """The live controller: a tick over Slurm, its round store, and the service around it."""
 
-    def __init__(self, settings: ServiceSettings, *, clock: Clock = SYSTEM_CLOCK) -> None:
+    def __init__(
+        self,
+        settings: ServiceSettings,
+        *,
+        clock: Clock = SYSTEM_CLOCK,
+        slurm: CliSlurmBackend | None = None,
+    ) -> None:
         # Before anything else: a state root others can write lets them plant job folders.
         check_state_root(settings.observe.state_root, create=True)
         super().__init__(settings, get_policy(settings.policy, settings.policy_options), clock)
-        self.slurm = CliSlurmBackend(settings.cli)
+        self.slurm = slurm or CliSlurmBackend(settings.cli)
         self.store = SqliteStore(settings.store_path, clock=clock.now)
         self.cluster = SlurmCluster(
             self.slurm,
@@ -221,11 +223,7 @@ class Controller(RoundService):
             restarts=RestartTracker(self.store, settings.restarts),
             clock=clock.now,
         )
-        self._tick = Tick(self.policy, settings.site, self.cluster, self.store, settings.tick)
-
-    @property
-    def tick(self) -> Tick[SlurmObservation]:
-        return self._tick
+        self.tick = Tick(self.policy, settings.site, self.cluster, self.store, settings.tick)
 
     def _outcome(self) -> EnactOutcome:
         return self.cluster.last.outcome
