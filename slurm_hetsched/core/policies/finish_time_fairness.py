@@ -24,7 +24,7 @@ Per job, otherwise: each LP,
 
     maximize tau  subject to  throughput(m, x) >= tau * d_m(rho)  (every m),  base constraints
 
-(max_min_fairness.rate_lp with the demands as weights), answers more than "feasible or not":
+(rate_lp.py, with the demands as weights), answers more than "feasible or not":
 - its x is an allocation, so max_m rho_m(x) is an upper bound on the optimum;
 - its dual values y on the demand rows give a lower bound: any demand vector d' can be met at
   most to a factor tau / (y . d') (y scaled to y . d(rho) = 1, the dual of the LP for d' is
@@ -59,7 +59,7 @@ from slurm_hetsched.core.policies.base import EnergySlackPolicy
 from slurm_hetsched.core.policies.constraints import base_constraints, clean_solution, solve_cvxpy
 from slurm_hetsched.core.policies.energy import Floors
 from slurm_hetsched.core.policies.lp import solve_highs
-from slurm_hetsched.core.policies.max_min_fairness import IPM_ROWS, rate_lp
+from slurm_hetsched.core.policies.rate_lp import RateRows, solve_rate_lp
 from slurm_hetsched.core.policies.rates import best_rate, equal_split, rate_matrix, rates
 from slurm_hetsched.core.policies.speed_classes import SpeedClasses
 from slurm_hetsched.core.policies.symmetry import group_jobs
@@ -277,28 +277,23 @@ class FinishTimeFairnessPerf(EnergySlackPolicy):
         )
         rep = groups.representative
         gpus = problem.num_gpus[rep] * groups.size
-        method = "ipm" if groups.n_groups > IPM_ROWS else "simplex"
+        zeros = np.zeros(groups.n_groups)
         low = times.lower_bound(throughput)
         high, best_x = np.inf, None
         probe, gap, basis, solve_s = low, np.inf, None, 0.0
         for lps in range(1, MAX_LPS + 1):
             demand = times.demand(probe)[rep]
             scale = float(demand.max())
-            lp = rate_lp(
-                throughput[rep], gpus, problem.capacity, demand / scale, np.zeros(len(rep))
-            )
-            solution = solve_highs(
-                lp.lp,
+            solution = solve_rate_lp(
+                RateRows(throughput[rep], gpus, problem.capacity, demand / scale, zeros),
                 policy=self.name,
                 n_jobs=problem.n_jobs,
-                n_types=problem.n_types,
+                # Small LPs: each probe only changes the demands, so HiGHS restarts from the
+                # last basis; large ones go through the GPU types' prices (rate_lp.py).
                 warm_start=basis,
-                # The first LP of a large problem by interior point (its crossover leaves a
-                # basis); the next ones only change the demands: simplex from that basis.
-                method=method if basis is None else "simplex",
             )
             basis, solve_s = solution.basis, solve_s + solution.solve_s
-            x_groups, tau, duals = lp.unpack(solution)
+            x_groups, tau, duals = solution.x, solution.t, solution.dual
             x = groups.expand(x_groups)
             reached = times.worst(rates(throughput, x))
             if reached < high:

@@ -17,8 +17,8 @@ Only the makespan is unique: a job that does not set it may get any rate above
 steps_m / makespan. The reported objective is the makespan the returned allocation implies,
 max_m steps_m / throughput(m, x) in seconds (0 if every job is finished).
 
-Two backends give the same optimum: "highs" (default; the LP of max_min_fairness.rate_lp with
-the steps as weights, over groups of identical jobs, solved by HiGHS directly) and "cvxpy".
+Two backends give the same optimum: "highs" (default; the rate LP of rate_lp.py with
+the steps as weights, over groups of identical jobs) and "cvxpy".
 
 Option `energy_slack` (energy.py): give up that fraction of the objective for the allocation
 that draws the least power.
@@ -37,8 +37,7 @@ from slurm_hetsched.core.model import Allocation, Problem
 from slurm_hetsched.core.policies.base import EnergySlackPolicy
 from slurm_hetsched.core.policies.constraints import base_constraints, clean_solution, solve_cvxpy
 from slurm_hetsched.core.policies.energy import Floors
-from slurm_hetsched.core.policies.lp import solve_highs
-from slurm_hetsched.core.policies.max_min_fairness import IPM_ROWS, rate_lp
+from slurm_hetsched.core.policies.rate_lp import RateRows, solve_rate_lp
 from slurm_hetsched.core.policies.rates import rate_matrix, rates
 from slurm_hetsched.core.policies.symmetry import group_jobs
 
@@ -118,22 +117,18 @@ class MinTotalDurationPerf(EnergySlackPolicy):
         weight = steps / steps.max()
         groups = group_jobs(np.column_stack([throughput, problem.num_gpus, weight]))
         rep = groups.representative
-        lp = rate_lp(
-            throughput[rep],
-            problem.num_gpus[rep] * groups.size,
-            problem.capacity,
-            weight[rep],
-            np.zeros(groups.n_groups),
-        )
-        solution = solve_highs(
-            lp.lp,
+        solution = solve_rate_lp(
+            RateRows(
+                a=throughput[rep],
+                gpus=problem.num_gpus[rep] * groups.size,
+                capacity=problem.capacity,
+                weight=weight[rep],
+                floor=np.zeros(groups.n_groups),
+            ),
             policy=self.name,
             n_jobs=problem.n_jobs,
-            n_types=problem.n_types,
-            method="ipm" if groups.n_groups > IPM_ROWS else "simplex",
         )
-        x_groups, _, _ = lp.unpack(solution)
-        return groups.expand(x_groups), solution.solve_s
+        return groups.expand(solution.x), solution.solve_s
 
     def _solve_cvxpy(
         self, problem: Problem, throughput: np.ndarray, steps: np.ndarray

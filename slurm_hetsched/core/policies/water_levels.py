@@ -21,8 +21,8 @@ import numpy as np
 
 from slurm_hetsched.core.model import Problem
 from slurm_hetsched.core.policies.constraints import base_constraints, solve_cvxpy
-from slurm_hetsched.core.policies.lp import INF, solve_highs
-from slurm_hetsched.core.policies.max_min_fairness import rate_lp
+from slurm_hetsched.core.policies.lp import INF
+from slurm_hetsched.core.policies.rate_lp import RateRows, solve_rate_lp
 from slurm_hetsched.core.policies.symmetry import JobGroups
 from slurm_hetsched.errors import SolverError
 
@@ -59,7 +59,8 @@ def _infeasible(error: SolverError) -> bool:
 
 
 class HighsLevels:
-    """The LPs over groups of identical jobs, warm-started, solved by HiGHS directly."""
+    """The LPs over groups of identical jobs (rate_lp.solve_rate_lp): small ones by HiGHS
+    warm-started from the last basis, large ones through the GPU types' prices."""
 
     def __init__(self, problem: Problem, a: np.ndarray, groups: JobGroups, policy: str) -> None:
         self._problem = problem
@@ -71,24 +72,24 @@ class HighsLevels:
         self._basis: Any = None
 
     def solve(self, floor: np.ndarray, weight: np.ndarray, t_max: float = INF) -> Level | None:
-        lp = rate_lp(
+        data = RateRows(
             self._a, self._gpus, self._problem.capacity, weight[self._rep], floor[self._rep], t_max
         )
         try:
-            solution = solve_highs(
-                lp.lp,
-                policy=self._policy,
-                n_jobs=self._problem.n_jobs,
-                n_types=self._problem.n_types,
-                warm_start=self._basis,
+            solution = solve_rate_lp(
+                data, policy=self._policy, n_jobs=self._problem.n_jobs, warm_start=self._basis
             )
         except SolverError as error:
             if _infeasible(error):
                 return None
             raise
         self._basis = solution.basis
-        x, t, dual = lp.unpack(solution)
-        return Level(self._groups.expand(x), t, self._groups.expand(dual), solution.solve_s)
+        return Level(
+            self._groups.expand(solution.x),
+            solution.t,
+            self._groups.expand(solution.dual),
+            solution.solve_s,
+        )
 
 
 class CvxpyLevels:

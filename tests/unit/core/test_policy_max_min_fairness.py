@@ -11,7 +11,7 @@ from random_problems import random_problem
 from reference_policies import reference_max_min
 
 from slurm_hetsched.core.model import Problem
-from slurm_hetsched.core.policies import POLICIES, get_policy, max_min_fairness
+from slurm_hetsched.core.policies import POLICIES, get_policy, rate_lp
 from slurm_hetsched.core.policies.base import (
     clean_solution,
     normalized_rates,
@@ -95,7 +95,8 @@ def test_backends_agree_with_the_reference_lp(seed: int) -> None:
 @pytest.mark.parametrize("seed", range(4))
 def test_interior_point_path_agrees(seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
     # Large LPs of distinct jobs go to HiGHS's interior point method; force it on small ones.
-    monkeypatch.setattr(max_min_fairness, "IPM_ROWS", 0)
+    monkeypatch.setattr(rate_lp, "IPM_ROWS", 0)
+    monkeypatch.setattr(rate_lp, "DIRECT_ROWS", 10**9)
     rng = np.random.default_rng(50 + seed)
     problem = random_problem(rng, n_jobs=8, n_types=3, duplicates=False)
     alloc = MaxMinFairnessPerf().allocate(problem)
