@@ -14,6 +14,7 @@ No I/O.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import highspy
@@ -25,6 +26,9 @@ from slurm_hetsched.core.policies.type_prices import Hulls
 RADIUS_TOL = 1e-4
 # ... or after this many evaluations per GPU type (it never came near in the benchmarks).
 EVALS_PER_TYPE = 40
+# The box grows by GROW after a step that gains, and shrinks by SHRINK after one that does not.
+GROW = 2.0
+SHRINK = 0.3
 # A step counts as gaining when it realizes this share of the decrease the cuts predicted.
 GAIN_SHARE = 0.1
 
@@ -58,23 +62,28 @@ def search_prices(
     t_cap: float,
     start: np.ndarray | None = None,
     radius: float = 0.5,
-    tolerance: float = RADIUS_TOL,
+    tolerance: float | None = None,
+    on_growth: Callable[[np.ndarray], None] | None = None,
 ) -> PriceEstimate:
     """Minimize the dual over prices (see the module docstring); arrays as in rate_lp.
 
     Args:
         start: prices to start from; by default every type worth the same share of t.
         radius: the first box's size relative to the largest starting price.
-        tolerance: stop when the box is this small relative to the largest price.
+        tolerance: stop when the box is this small relative to the largest price (default
+            RADIUS_TOL).
+        on_growth: called with the prices whenever they outgrow the bounds set so far (on an
+            infeasible LP they run off to infinity: the caller may raise).
     """
     n_types = a.shape[1]
     inf = highspy.kHighsInf
     scale = max(abs(t_cap), 1e-12)
+    tolerance = RADIUS_TOL if tolerance is None else tolerance
     even = scale / n_types / capacity  # every type worth the same share of t
     prices = even if start is None else np.asarray(start, dtype=float)
     # Prices this small against the even ones count as 0 (the LP is not short of GPUs).
     floor_price = 1e-9 * float(even.max())
-    upper = 64 * scale / capacity
+    upper = 64 * np.maximum(scale / capacity, prices)
     master = highspy.Highs()
     master.silent()
     for k in range(n_types):
@@ -85,7 +94,7 @@ def search_prices(
 
     def value(p: np.ndarray) -> tuple[float, float, np.ndarray]:
         hulls = Hulls.walk(a, gpus[:, None] * p[None, :], rivals=False)
-        inner, t, x = hulls.dual(floor, weight, t_cap)
+        inner, t, _, x = hulls.dual(floor, weight, t_cap)
         return float(p @ capacity) + inner, t, capacity - gpus @ x
 
     best_value, best_t, cut = value(prices)
@@ -97,9 +106,9 @@ def search_prices(
         master.addRow(float(point_value - cut @ point), inf, n_types + 1, columns, np.r_[-cut, 1.0])
         if evals > 1:
             if point_value < best_value - GAIN_SHARE * predicted:
-                radius = min(2 * radius, float(upper.max()))
+                radius = GROW * radius
             else:
-                radius /= 2
+                radius *= SHRINK
         if point_value < best_value:
             best, best_value, best_t = point, point_value, point_t
         if radius <= tolerance * max(float(best.max()), floor_price):
@@ -111,6 +120,11 @@ def search_prices(
         solution = np.asarray(master.getSolution().col_value)
         predicted = best_value - float(solution[n_types])
         point = solution[:n_types]
+        # Prices are not bounded above: a box that holds the search back grows.
+        if np.any(point >= upper * (1 - 1e-12)):
+            upper = np.where(point >= upper * (1 - 1e-12), upper * 8, upper)
+            if on_growth is not None:
+                on_growth(point)
         point_value, point_t, cut = value(point)
         evals += 1
     return PriceEstimate(

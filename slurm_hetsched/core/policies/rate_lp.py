@@ -34,6 +34,7 @@ No I/O.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -63,9 +64,13 @@ SAMPLE_FROM_ROWS = 4096
 # The sample's search stops at this box size, and the full search starts from this one.
 SAMPLE_TOL = 1e-2
 SAMPLE_RADIUS = 0.05
+# The search from an earlier LP's prices (a hint) starts with a box of this size.
+HINT_RADIUS = 0.1
 # A row is fixed when its response would survive this relative change in prices, and a
 # change of t by this share of t.
 MARGIN = 0.002
+# The status of an LP that the prices prove infeasible (it starts as HiGHS's does).
+INFEASIBLE_FLOORS = "Infeasible: the rows without a weight cannot all keep their floors"
 # Rounds of "solve, certify, free the rows that fail" before the whole LP is solved instead.
 MAX_ROUNDS = 6
 
@@ -201,6 +206,7 @@ def solve_rate_lp(
     policy: str,
     n_jobs: int,
     warm_start: object = None,
+    prices: np.ndarray | None = None,
     direct: bool = False,
 ) -> RateSolution:
     """Solve the rate LP exactly (see the module docstring).
@@ -209,6 +215,8 @@ def solve_rate_lp(
         data: the LP.
         policy, n_jobs: for error messages.
         warm_start: RateSolution.basis of an earlier LP of the same shape (whole LPs only).
+        prices: RateSolution.prices of an earlier, similar LP: the price search starts there
+            (large LPs only).
         direct: always give HiGHS the whole LP.
 
     Raises:
@@ -218,8 +226,10 @@ def solve_rate_lp(
         return _solve_whole(data, policy, n_jobs, warm_start)
     started = time.perf_counter()
     try:
-        solution = _solve_by_prices(data, policy, n_jobs)
-    except SolverError:
+        solution = _solve_by_prices(data, policy, n_jobs, prices)
+    except SolverError as error:
+        if error.status == INFEASIBLE_FLOORS:
+            raise  # proved by the prices (_refuse_if_infeasible)
         solution = None
     if solution is not None:
         return solution
@@ -244,7 +254,11 @@ def _solve_whole(data: RateRows, policy: str, n_jobs: int, warm_start: object) -
 
 
 def _solve_by_prices(
-    data: RateRows, policy: str, n_jobs: int, lift: bool = True
+    data: RateRows,
+    policy: str,
+    n_jobs: int,
+    hint: np.ndarray | None = None,
+    lift: bool = True,
 ) -> RateSolution | None:
     """Steps 1-4 of the module docstring; None where the whole LP should be solved instead.
     `lift`: where no type is scarce, look for the x by lifting (see _without_prices)."""
@@ -257,15 +271,23 @@ def _solve_by_prices(
         data.t_max,
         float(np.min((ceiling[growing] - data.floor[growing]) / data.weight[growing])),
     )
-    estimate = _estimate(data, t_cap)
+
+    def refuse(prices: np.ndarray) -> None:
+        _refuse_if_infeasible(data, prices, policy, n_jobs)
+
+    estimate = _estimate(data, t_cap, hint, refuse)
+    refuse(estimate.prices)
     if estimate.prices.max() <= 1e-9 * estimate.value / data.capacity.min():
         return _without_prices(data, t_cap, policy, n_jobs, lift)
     q = data.gpus[:, None] * estimate.prices[None, :]
-    demand = data.floor + data.weight * estimate.t
-    responses = Hulls.walk(data.a, q).responses_at(demand, data.floor, data.weight)
+    hulls = Hulls.walk(data.a, q)
+    _, t_start, t_end, _ = hulls.dual(data.floor, data.weight, t_cap)
+    t_guess = hulls.fitting_t(data.floor, data.weight, data.gpus, data.capacity, (t_start, t_end))
+    demand = data.floor + data.weight * t_guess
+    responses = hulls.responses_at(demand, data.floor, data.weight)
     free = (
         (responses.margin < MARGIN)
-        | (responses.t_room < MARGIN * max(abs(estimate.t), abs(t_cap), 1e-12))
+        | (responses.t_room < MARGIN * max(abs(t_guess), abs(t_cap), 1e-12))
         | ~responses.reachable
     )
     lps, solve_s = 0, 0.0
@@ -297,11 +319,42 @@ def _solve_by_prices(
     return None
 
 
-def _estimate(data: RateRows, t_cap: float) -> PriceEstimate:
-    """Step 1: the prices minimizing the dual; from a sample's first where rows are many."""
+def _refuse_if_infeasible(data: RateRows, prices: np.ndarray, policy: str, n_jobs: int) -> None:
+    """Raise SolverError(INFEASIBLE_FLOORS) if these prices prove the LP infeasible.
+
+    t is unbounded below, so rows with a weight can always drop their demand to 0: the LP is
+    infeasible exactly when the rows without one cannot all keep their floors. Prices p prove
+    that when those rows' cheapest responses cost more than the GPUs are worth: any x keeping
+    the floors pays at least that, and no x within the capacities pays more than p @ capacity.
+    On an infeasible LP the price search runs off along such a ray."""
+    fixed = data.weight <= 0
+    if not fixed.any() or float(prices.max(initial=0.0)) <= 0:
+        return
+    q = data.gpus[fixed, None] * prices[None, :]
+    hulls = Hulls.walk(data.a[fixed], q, rivals=False)
+    floor = data.floor[fixed]
+    ceiling = data.a[fixed].max(axis=1, initial=0.0)
+    if np.any(floor > ceiling * (1 + 1e-9)):
+        raise SolverError(policy, INFEASIBLE_FLOORS, n_jobs, data.a.shape[1])
+    _, cost = hulls.spend(np.minimum(floor, ceiling))
+    worth = float(prices @ data.capacity)
+    if float(cost.sum()) > worth * (1 + 1e-7) + 1e-12:
+        raise SolverError(policy, INFEASIBLE_FLOORS, n_jobs, data.a.shape[1])
+
+
+def _estimate(
+    data: RateRows,
+    t_cap: float,
+    hint: np.ndarray | None,
+    on_growth: Callable[[np.ndarray], None],
+) -> PriceEstimate:
+    """Step 1: the prices minimizing the dual; from the hint, or a sample's prices where rows
+    are many, or every type worth the same."""
     n_rows = data.n_rows
     start, radius = None, 0.5
-    if n_rows >= SAMPLE_FROM_ROWS:
+    if hint is not None and float(np.max(hint, initial=0.0)) > 0:
+        start, radius = np.asarray(hint, dtype=float), HINT_RADIUS
+    elif n_rows >= SAMPLE_FROM_ROWS:
         rows = np.random.default_rng(0).choice(n_rows, n_rows // SAMPLE_EVERY, replace=False)
         share = float(data.gpus[rows].sum() / data.gpus.sum())
         rough = search_prices(
@@ -315,7 +368,15 @@ def _estimate(data: RateRows, t_cap: float) -> PriceEstimate:
         )
         start, radius = rough.prices * share, SAMPLE_RADIUS
     return search_prices(
-        data.a, data.gpus, data.capacity, data.weight, data.floor, t_cap, start, radius
+        data.a,
+        data.gpus,
+        data.capacity,
+        data.weight,
+        data.floor,
+        t_cap,
+        start,
+        radius,
+        on_growth=on_growth,
     )
 
 

@@ -31,6 +31,8 @@ import numpy as np
 
 # "No type": the hull's origin, or the near end of a segment that starts there.
 ORIGIN = -1
+# The dual's t-stretch where the weighted marginal costs sum to 1 within this is flat.
+FLAT = 1e-6
 # Reduced costs and time fractions are accepted this far (relative) past their bounds.
 CERTIFY_TOL = 1e-9
 
@@ -93,15 +95,17 @@ class Hulls:
     """The lower hulls of every row's (rate, price) points, walked from the origin.
 
     Vertex 0 is the origin; vertices 1..count[i] are types in increasing rate (and price per
-    unit of rate along the way). Unused places hold rate inf.
+    unit of rate along the way). Unused places hold rate inf; the arrays have as many columns
+    as the longest hull needs (at least 2).
 
     Attributes:
-        rate: (n_rows, n_types + 1) rate at each vertex.
-        cost: (n_rows, n_types + 1) price at each vertex.
-        kind: (n_rows, n_types + 1) type of each vertex (ORIGIN for vertex 0 and unused).
-        gap: (n_rows, n_types + 1) at each vertex, how much steeper (relatively) the next
+        rate: (n_rows, width) rate at each vertex.
+        cost: (n_rows, width) price at each vertex.
+        kind: (n_rows, width) type of each vertex (ORIGIN for vertex 0 and unused).
+        gap: (n_rows, width) at each vertex, how much steeper (relatively) the next
             best step from the previous vertex was: 0 on a tie, inf without a rival.
         count: (n_rows,) vertices after the origin.
+        n_types: GPU types (columns of x).
     """
 
     rate: np.ndarray
@@ -109,6 +113,7 @@ class Hulls:
     kind: np.ndarray
     gap: np.ndarray
     count: np.ndarray
+    n_types: int
 
     @classmethod
     def walk(cls, a: np.ndarray, q: np.ndarray, rivals: bool = True) -> Hulls:
@@ -122,73 +127,112 @@ class Hulls:
         gap = np.full((n_rows, n_types + 1), np.inf)
         count = np.zeros(n_rows, dtype=np.int64)
         here_a, here_q = np.zeros(n_rows), np.zeros(n_rows)
-        walking = np.arange(n_rows)
+        ceiling = a.max(axis=1, initial=0.0)
+        walking = np.nonzero(ceiling > 0)[0]
         for step in range(1, n_types + 1):
-            rows_a, rows_q = a[walking], q[walking]
+            whole = walking.size == n_rows  # the first step, usually: no copies
+            rows_a = a if whole else a[walking]
+            rows_q = q if whole else q[walking]
             from_a, from_q = here_a[walking, None], here_q[walking, None]
             ahead = rows_a > from_a * (1 + 1e-12)
-            steep = np.where(
-                ahead, (rows_q - from_q) / np.where(ahead, rows_a - from_a, 1.0), np.inf
+            steep = np.divide(
+                rows_q - from_q, rows_a - from_a, out=np.full(ahead.shape, np.inf), where=ahead
             )
             s1 = steep.min(axis=1)
-            moving = np.isfinite(s1)
             # The cheapest step; on a tie the faster type (it serves more before time runs out).
             best = np.argmax(np.where(steep <= s1[:, None], rows_a, -np.inf), axis=1)
             if rivals:
                 steep[np.arange(len(walking)), best] = np.inf
                 s2 = steep.min(axis=1)
-                with np.errstate(invalid="ignore"):  # inf - inf: no rival
-                    rival = (s2 - s1) / np.maximum(np.maximum(np.abs(s1), np.abs(s2)), 1e-300)
-            else:
-                rival = s1
-            walking, best, rival = walking[moving], best[moving], rival[moving]
+                rival = np.divide(
+                    s2 - s1,
+                    np.maximum(np.abs(s2), 1e-300),
+                    out=np.full(s2.shape, np.inf),
+                    where=np.isfinite(s2),  # no rival: inf
+                )
+                gap[walking, step] = rival
+            here_a[walking] = a[walking, best]
+            here_q[walking] = q[walking, best]
+            rate[walking, step] = here_a[walking]
+            cost[walking, step] = here_q[walking]
+            kind[walking, step] = best
+            count[walking] = step
+            # Every walk ends at the row's fastest type (its ceiling).
+            walking = walking[here_a[walking] < ceiling[walking] * (1 - 1e-12)]
             if walking.size == 0:
                 break
-            rate[walking, step] = a[walking, best]
-            cost[walking, step] = q[walking, best]
-            kind[walking, step] = best
-            if rivals:
-                gap[walking, step] = np.where(np.isnan(rival), np.inf, rival)
-            count[walking] = step
-            here_a[walking], here_q[walking] = rate[walking, step], cost[walking, step]
-        return cls(rate, cost, kind, gap, count)
+        # Keep only the columns some row uses (most hulls have a vertex or two).
+        width = max(int(count.max(initial=0)) + 1, 2)
+        return cls(
+            rate[:, :width], cost[:, :width], kind[:, :width], gap[:, :width], count, n_types
+        )
 
     def _slopes(self) -> np.ndarray:
         """(n_rows, n_types) price per unit of rate on segment j (vertex j to j + 1)."""
-        run = np.diff(self.rate, axis=1)
-        valid = np.isfinite(run)
-        return np.where(valid, np.diff(self.cost, axis=1) / np.where(valid, run, 1.0), 0.0)
+        valid = np.isfinite(self.rate[:, 1:])
+        run = np.subtract(
+            self.rate[:, 1:], self.rate[:, :-1], out=np.ones(valid.shape), where=valid
+        )
+        return np.asarray(
+            np.divide(np.diff(self.cost, axis=1), run, out=np.zeros(valid.shape), where=valid)
+        )
 
     def dual(
         self, floor: np.ndarray, weight: np.ndarray, t_cap: float
-    ) -> tuple[float, float, np.ndarray]:
+    ) -> tuple[float, float, float, np.ndarray]:
         """The Lagrangian dual function at these prices, less p @ capacity.
 
         max over t <= t_cap of  t - sum_i cost_i(floor_i + weight_i t),  cost_i the hull
         (0 for a demand <= 0). Each row's marginal cost rises at its hull's vertices, so the
-        best t is where the weighted sum of marginal costs first reaches 1.
+        best t is where the weighted sum of marginal costs first reaches 1. At prices near the
+        optimum that sum stays near 1 over a stretch of t (the function is flat there: which
+        t the LP takes is for the capacities to say, see `fitting_t`).
 
         Returns:
-            (that maximum, the t attaining it, (n_rows, n_types) the responses' x there).
+            (that maximum, the first t attaining it, the end of the stretch where the sum is
+            within FLAT of 1, (n_rows, n_types) the responses' x at the first t).
         """
-        with np.errstate(invalid="ignore"):  # inf - inf past the last vertex
-            slopes = self._slopes()
+        slopes = self._slopes()
         rise = np.diff(slopes, axis=1, prepend=0.0) * weight[:, None]
         starts = (self.rate[:, :-1] - floor[:, None]) / np.where(weight > 0, weight, 1.0)[:, None]
         events = (rise > 0) & np.isfinite(starts) & (weight[:, None] > 0)
         at, by = starts[events], rise[events]
         # Rows already past a vertex at every t (demand > 0 without weight) add nothing here.
         order = np.argsort(at, kind="stable")
-        reached = np.searchsorted(np.cumsum(by[order]), 1.0)
-        t = t_cap if reached >= len(order) else min(t_cap, float(at[order][reached]))
+        at, total = at[order], np.cumsum(by[order])
+        first = int(np.searchsorted(total, 1.0 - FLAT))
+        last = int(np.searchsorted(total, 1.0 + FLAT, side="right"))
+        t = t_cap if first >= len(at) else min(t_cap, float(at[first]))
+        t_end = t_cap if last >= len(at) else min(t_cap, float(at[last]))
         demand = floor + weight * t
         x, spent = self.spend(demand)
-        return t - float(spent.sum()), t, x
+        return t - float(spent.sum()), t, t_end, x
+
+    def fitting_t(
+        self,
+        floor: np.ndarray,
+        weight: np.ndarray,
+        gpus: np.ndarray,
+        capacity: np.ndarray,
+        span: tuple[float, float],
+    ) -> float:
+        """The t in `span` (dual's flat stretch) where the responses fill the first type,
+        interpolating each type's GPUs linearly between the ends: the primal's estimate of t."""
+        start, end = span
+        if end <= start:
+            return start
+        used_start = gpus @ self.spend(floor + weight * start)[0]
+        used_end = gpus @ self.spend(floor + weight * end)[0]
+        grows = used_end > used_start * (1 + 1e-12)
+        if not grows.any():
+            return end
+        share = (capacity[grows] - used_start[grows]) / (used_end[grows] - used_start[grows])
+        return float(start + np.clip(share.min(), 0.0, 1.0) * (end - start))
 
     def spend(self, demand: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """At each row's demand: (x (n_rows, n_types), the hull's price (n_rows,)); rows with
         demand <= 0 spend nothing."""
-        n_rows, n_types = demand.shape[0], self.rate.shape[1] - 1
+        n_rows, n_types = demand.shape[0], self.n_types
         index = np.arange(n_rows)
         segment = self._segment(demand)
         a0, a1 = self.rate[index, segment], self.rate[index, segment + 1]
@@ -233,6 +277,7 @@ class Hulls:
         start_room = np.where(mixed, (demand - a0) / per_t, np.inf)
         margin = np.where(needs, price_room, np.inf)
         t_room = np.where(needs, np.minimum(end_room, start_room), np.abs(demand) / per_t)
+        t_room = np.where(weight > 0, t_room, np.inf)  # a demand that does not move with t
         reachable = ~needs | (demand <= a1 * (1 + 1e-12))
         return Responses(
             near, far, base, slope, margin, t_room, reachable & (needs | (demand <= 0))

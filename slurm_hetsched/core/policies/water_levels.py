@@ -70,6 +70,7 @@ class HighsLevels:
         self._gpus = problem.num_gpus[self._rep] * groups.size
         self._policy = policy
         self._basis: Any = None
+        self._prices: np.ndarray | None = None  # the last LP's, to start the next search
 
     def solve(self, floor: np.ndarray, weight: np.ndarray, t_max: float = INF) -> Level | None:
         data = RateRows(
@@ -77,13 +78,18 @@ class HighsLevels:
         )
         try:
             solution = solve_rate_lp(
-                data, policy=self._policy, n_jobs=self._problem.n_jobs, warm_start=self._basis
+                data,
+                policy=self._policy,
+                n_jobs=self._problem.n_jobs,
+                warm_start=self._basis,
+                prices=self._prices,
             )
         except SolverError as error:
             if _infeasible(error):
                 return None
             raise
         self._basis = solution.basis
+        self._prices = solution.prices
         return Level(
             self._groups.expand(solution.x),
             solution.t,
