@@ -119,6 +119,8 @@ def search_prices(
         master.run()
         solution = np.asarray(master.getSolution().col_value)
         predicted = best_value - float(solution[n_types])
+        if predicted <= 1e-12 * max(abs(best_value), 1e-12):
+            break  # the cuts admit nothing better in the box: best is the minimum
         point = solution[:n_types]
         # Prices are not bounded above: a box that holds the search back grows.
         if np.any(point >= upper * (1 - 1e-12)):

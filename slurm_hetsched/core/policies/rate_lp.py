@@ -71,6 +71,8 @@ HINT_RADIUS = 0.1
 MARGIN = 0.002
 # The status of an LP that the prices prove infeasible (it starts as HiGHS's does).
 INFEASIBLE_FLOORS = "Infeasible: the rows without a weight cannot all keep their floors"
+# A type with GPUs to spare gets this share of the highest price to choose responses with.
+TOKEN_PRICE = 1e-3
 # Rounds of "solve, certify, free the rows that fail" before the whole LP is solved instead.
 MAX_ROUNDS = 6
 
@@ -279,9 +281,11 @@ def _solve_by_prices(
     refuse(estimate.prices)
     if estimate.prices.max() <= 1e-9 * estimate.value / data.capacity.min():
         return _without_prices(data, t_cap, policy, n_jobs, lift)
+    # The dual's flat stretch of t at the prices found; responses at prices that break ties.
     q = data.gpus[:, None] * estimate.prices[None, :]
+    _, t_start, t_end, _ = Hulls.walk(data.a, q, rivals=False).dual(data.floor, data.weight, t_cap)
+    q = data.gpus[:, None] * _breaking_ties(estimate.prices, data.capacity)[None, :]
     hulls = Hulls.walk(data.a, q)
-    _, t_start, t_end, _ = hulls.dual(data.floor, data.weight, t_cap)
     t_guess = hulls.fitting_t(data.floor, data.weight, data.gpus, data.capacity, (t_start, t_end))
     demand = data.floor + data.weight * t_guess
     responses = hulls.responses_at(demand, data.floor, data.weight)
@@ -317,6 +321,22 @@ def _solve_by_prices(
             return RateSolution(x, t, dual, prices, solve_s, lps, "prices")
         free[fixed[~passed]] = True
     return None
+
+
+def _breaking_ties(prices: np.ndarray, capacity: np.ndarray) -> np.ndarray:
+    """Prices for choosing responses: a type with price 0 (GPUs to spare) gets a token price,
+    lower where the type has more GPUs. Rows that could use any of several such types for
+    free would otherwise all tie, and all go to the small LP; with the token prices they
+    spread by capacity and are fixed. The certificate still uses the LP's own prices, under
+    which such a response costs nothing and passes; should the spread not fit, the small LP
+    says so and the rows are re-chosen (or HiGHS gets the whole LP)."""
+    spare = prices <= 1e-9 * prices.max(initial=0.0)
+    if not spare.any() or spare.all():
+        return prices
+    token = (
+        TOKEN_PRICE * float(prices.max()) * float(capacity.mean()) / np.maximum(capacity, 1e-300)
+    )
+    return np.where(spare, token, prices)
 
 
 def _refuse_if_infeasible(data: RateRows, prices: np.ndarray, policy: str, n_jobs: int) -> None:
