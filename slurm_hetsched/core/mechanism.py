@@ -145,10 +145,11 @@ def plan_round(
             move[job_id] = placed[job_id]
     stop = tuple(j for j in sorted(last_placements) if j not in placed and j in jobs)
     rows = {job_id: m for m, job_id in enumerate(allocation.job_ids)}
+    column = {t: k for k, t in enumerate(allocation.gpu_types)}
     chosen_priority = {
-        j: float(priority[rows[j], allocation.gpu_types.index(p.gpu_types[0])])
-        for j, p in placed.items()
+        j: float(priority[rows[j], column[p.gpu_types[0]]]) for j, p in placed.items()
     }
+    best_priority = priority.max(axis=1, initial=0.0).tolist()
     plan = RoundPlan(
         round=state.round + 1,
         keep=keep,
@@ -156,7 +157,7 @@ def plan_round(
         start=start,
         stop=stop,
         priority={
-            job_id: chosen_priority.get(job_id, float(priority[m].max(initial=0.0)))
+            job_id: chosen_priority.get(job_id, best_priority[m])
             for m, job_id in enumerate(allocation.job_ids)
         },
         reset=reset,

@@ -85,6 +85,8 @@ def advance(
 
 def same_allocation(a: Allocation, b: Allocation) -> bool:
     """The same fractions for the same jobs and types, in whatever row and column order."""
+    if a is b:  # the usual case: the allocation was not recomputed this round
+        return True
     if set(a.job_ids) != set(b.job_ids) or set(a.gpu_types) != set(b.gpu_types):
         return False
     a_x = align(a.x, a.job_ids, a.gpu_types, b.job_ids, b.gpu_types)
@@ -98,7 +100,10 @@ def align(
     new_rows: Sequence[str],
     new_cols: Sequence[str],
 ) -> np.ndarray:
-    """`values` re-indexed by name to (new_rows, new_cols); zeros where a name is new."""
+    """`values` re-indexed by name to (new_rows, new_cols); zeros where a name is new
+    (`values` itself where nothing moves: callers never write into it)."""
+    if tuple(rows) == tuple(new_rows) and tuple(cols) == tuple(new_cols):
+        return values
     out = np.zeros((len(new_rows), len(new_cols)))
     row_at = {r: i for i, r in enumerate(rows)}
     col_at = {c: j for j, c in enumerate(cols)}

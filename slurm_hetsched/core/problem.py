@@ -124,13 +124,20 @@ def table_rate(
     else the smallest above) by (num_gpus / count) ** SUBLINEAR_EXPONENT, as
     `Problem.rates_at` does. 0 = cannot run there.
     """
+    key = ("table_rate", job_class, gpu_type, num_gpus, spread)
+    known = table.memo.get(key)
+    if known is not None:
+        return float(known)
     counts = table.gpu_counts(job_class)
     if num_gpus in counts or not counts:
-        return table.steps_per_s(job_class, gpu_type, num_gpus, consolidated=not spread)
-    below = [g for g in counts if g < num_gpus]
-    base = max(below) if below else min(counts)
-    rate = table.steps_per_s(job_class, gpu_type, base, consolidated=not spread)
-    return float(rate * (num_gpus / base) ** SUBLINEAR_EXPONENT)
+        rate = table.steps_per_s(job_class, gpu_type, num_gpus, consolidated=not spread)
+    else:
+        below = [g for g in counts if g < num_gpus]
+        base = max(below) if below else min(counts)
+        rate = table.steps_per_s(job_class, gpu_type, base, consolidated=not spread)
+        rate = float(rate * (num_gpus / base) ** SUBLINEAR_EXPONENT)
+    table.memo[key] = rate  # after the lookups: an unknown class raises and is not kept
+    return rate
 
 
 def _throughput_at(

@@ -103,19 +103,24 @@ def _select(
             walk[cols],
         )
     )
-    left = capacity.copy()
-    smallest = int(num_gpus.min())
-    taken = np.zeros(len(allocation.job_ids), dtype=bool)
+    # The walk itself in plain Python lists: it visits entries one by one.
+    left = capacity.tolist()
+    gpus = num_gpus.tolist()
+    smallest = min(gpus)
+    open_types = sum(1 for room in left if room >= smallest)  # types that can take a job
+    taken = [False] * len(gpus)
     chosen: list[tuple[int, int]] = []
-    for e in by_order:
-        m, t = int(rows[e]), int(cols[e])
-        if taken[m] or num_gpus[m] > left[t]:
+    for m, t in zip(rows[by_order].tolist(), cols[by_order].tolist(), strict=True):
+        if taken[m] or gpus[m] > left[t]:
             continue
         taken[m] = True
-        left[t] -= num_gpus[m]
+        before = left[t]
+        left[t] -= gpus[m]
         chosen.append((m, t))
-        if (left < smallest).all():
-            break
+        if before >= smallest > left[t]:
+            open_types -= 1
+            if open_types == 0:
+                break
     return chosen
 
 
@@ -171,11 +176,11 @@ def runnable(allocation: Allocation, jobs: Mapping[str, Job], table: ThroughputT
     on the type (consolidated). Types or classes the table lacks: False (never filled)."""
     memo = _memo(table).runnable
     types = allocation.gpu_types
-    columns = [table.gpu_types.index(t) if t in table.gpu_types else -1 for t in types]
-    out = np.zeros((len(allocation.job_ids), len(types)), dtype=bool)
-    for m, job_id in enumerate(allocation.job_ids):
-        job = jobs[job_id]
-        key = (job.job_class, job.num_gpus)
+    columns = np.array([table.gpu_types.index(t) if t in table.gpu_types else -1 for t in types])
+    keys = [(jobs[job_id].job_class, jobs[job_id].num_gpus) for job_id in allocation.job_ids]
+    distinct = list(dict.fromkeys(keys))
+    rows = np.zeros((len(distinct), len(table.gpu_types) + 1), dtype=bool)  # last: "no column"
+    for i, key in enumerate(distinct):
         row = memo.get(key)
         if row is None:
             try:
@@ -183,8 +188,10 @@ def runnable(allocation: Allocation, jobs: Mapping[str, Job], table: ThroughputT
             except UnknownJobClassError:
                 rates = np.zeros(len(table.gpu_types))
             row = memo[key] = rates > 0
-        out[m] = [c >= 0 and bool(row[c]) for c in columns]
-    return out
+        rows[i, :-1] = row
+    index = {key: i for i, key in enumerate(distinct)}
+    which = np.fromiter((index[key] for key in keys), dtype=np.int64, count=len(keys))
+    return np.asarray(rows[which][:, columns])  # column -1 is the all-False "no column"
 
 
 @dataclass(slots=True)

@@ -155,7 +155,12 @@ class Tick(Generic[ObservationT]):
 
         # Validation first: a job no GPU type has room for right now waits this round (GPUs
         # of jobs outside our control, drained nodes); it is no failure and nobody's fault.
-        fitting = tuple(job for job in snapshot.jobs if self._fits(job, snapshot, capacity))
+        fits: dict[tuple[str, int], bool] = {}  # the answer depends on class and GPUs only
+        for job in snapshot.jobs:
+            key = (job.job_class, job.num_gpus)
+            if key not in fits:
+                fits[key] = self._fits(job, snapshot, capacity)
+        fitting = tuple(job for job in snapshot.jobs if fits[(job.job_class, job.num_gpus)])
 
         def solve(subset: tuple[Job, ...]) -> Allocation:
             if not subset:

@@ -102,6 +102,7 @@ class SimulatedCluster:
         )
         self._next_pending = 0
         self._active: dict[str, _JobState] = {}
+        self._jobs_seen: dict[str, Job] = {}  # job id -> its Job in the last snapshot
         self._last_s = clock.now()
         self.intervals: list[Interval] = []
         self.finish_times: list[float] = []
@@ -228,6 +229,7 @@ class SimulatedCluster:
                 self.finish_times.append(state.end_s)
         for job_id in finished:
             del self._active[job_id]
+            self._jobs_seen.pop(job_id, None)
         self._last_s = now
         return ran_s, tuple(finished)
 
@@ -242,6 +244,14 @@ class SimulatedCluster:
             )
         return rate
 
-    @staticmethod
-    def _as_job(state: _JobState) -> Job:
-        return state.trace.to_job(steps_remaining=state.steps_left, restart_s=state.restart_s)
+    def _as_job(self, state: _JobState) -> Job:
+        """The core's Job for this state; the last one again while nothing it says changed
+        (most active jobs wait, and building and validating a Job per job per round was a
+        tenth of a simulation's time)."""
+        last = self._jobs_seen.get(state.trace.job_id)
+        if last is not None and last.steps_remaining == state.steps_left:
+            if last.restart_s == state.restart_s:
+                return last
+        job = state.trace.to_job(steps_remaining=state.steps_left, restart_s=state.restart_s)
+        self._jobs_seen[state.trace.job_id] = job
+        return job

@@ -7,7 +7,7 @@ the round mechanism's state and plans.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 
 @dataclass(frozen=True, slots=True)
@@ -25,14 +25,13 @@ class Placement:
 
     job_id: str
     slices: tuple[GpuSlice, ...]
+    # Derived once (the round mechanism reads them for every job in every round).
+    num_gpus: int = field(init=False, repr=False, compare=False)
+    gpu_types: tuple[str, ...] = field(init=False, repr=False, compare=False)
 
-    @property
-    def num_gpus(self) -> int:
-        return sum(s.count for s in self.slices)
-
-    @property
-    def gpu_types(self) -> tuple[str, ...]:
-        return tuple(sorted({s.gpu_type for s in self.slices}))
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "num_gpus", sum(s.count for s in self.slices))
+        object.__setattr__(self, "gpu_types", tuple(sorted({s.gpu_type for s in self.slices})))
 
     @property
     def nodes(self) -> tuple[str, ...]:

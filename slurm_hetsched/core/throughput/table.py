@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 import types
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -53,20 +53,39 @@ class ThroughputTable:
     unconsolidated: Mapping[ClassKey, np.ndarray]
     packed: Mapping[PairKey, np.ndarray]
     source: str = ""
+    # Indexes built once (lookups run per job per round in the simulator).
+    _classes: tuple[str, ...] = field(init=False, repr=False, compare=False)
+    _counts: Mapping[str, tuple[int, ...]] = field(init=False, repr=False, compare=False)
+    _column: Mapping[str, int] = field(init=False, repr=False, compare=False)
+    # Results of pure lookups on this (immutable) table, keyed by their arguments; see memo.
+    _memo: dict[Any, Any] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         for name in ("rows", "unconsolidated", "packed"):
             frozen = {key: _read_only(value) for key, value in getattr(self, name).items()}
             object.__setattr__(self, name, types.MappingProxyType(frozen))
+        counts: dict[str, list[int]] = {}
+        for cls, n in self.rows:
+            counts.setdefault(cls, []).append(n)
+        object.__setattr__(self, "_classes", tuple(sorted(counts)))
+        object.__setattr__(self, "_counts", {cls: tuple(sorted(ns)) for cls, ns in counts.items()})
+        object.__setattr__(self, "_column", {t: i for i, t in enumerate(self.gpu_types)})
+        object.__setattr__(self, "_memo", {})
 
     @property
     def classes(self) -> tuple[str, ...]:
         """Every job class with at least one entry, sorted."""
-        return tuple(sorted({cls for cls, _ in self.rows}))
+        return self._classes
 
     def gpu_counts(self, job_class: str) -> tuple[int, ...]:
         """The GPU counts the table has for `job_class`, ascending."""
-        return tuple(sorted(n for cls, n in self.rows if cls == job_class))
+        return self._counts.get(job_class, ())
+
+    @property
+    def memo(self) -> dict[Any, Any]:
+        """A cache for pure functions of this table (the table never changes), such as
+        core.problem.table_rate, keyed by the function and its arguments."""
+        return self._memo
 
     def steps_per_s(
         self, job_class: str, gpu_type: str, num_gpus: int = 1, *, consolidated: bool = True
@@ -77,7 +96,11 @@ class ThroughputTable:
             UnknownJobClassError: the class is not in the table at all.
             InvalidProblemError: the GPU type is not a column of the table.
         """
-        return float(self.row(job_class, num_gpus, (gpu_type,), consolidated=consolidated)[0])
+        column = self._column.get(gpu_type)
+        row = self.rows.get((job_class, num_gpus))
+        if column is None or row is None or not consolidated:  # the general path
+            return float(self.row(job_class, num_gpus, (gpu_type,), consolidated=consolidated)[0])
+        return float(row[column])
 
     def row(
         self,
@@ -181,7 +204,7 @@ class ThroughputTable:
                 f"({self.source or 'no source'}; columns: {list(self.gpu_types)}); profile it "
                 "in a site throughput file or check its spelling"
             )
-        return [self.gpu_types.index(t) for t in gpu_types]
+        return [self._column[t] for t in gpu_types]
 
     # ------------------------------------------------------------------------------------------
     # File formats (core.throughput.formats)

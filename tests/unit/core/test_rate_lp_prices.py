@@ -9,7 +9,9 @@ import numpy as np
 import pytest
 from random_problems import random_problem
 
-from slurm_hetsched.core.policies import rate_lp
+from slurm_hetsched.core.mechanism import plan_round
+from slurm_hetsched.core.model import ClusterSnapshot, Job, Node, RoundState
+from slurm_hetsched.core.policies import by_prices, rate_lp
 from slurm_hetsched.core.policies.finish_time_fairness import FinishTimeFairnessPerf
 from slurm_hetsched.core.policies.lp import INF
 from slurm_hetsched.core.policies.makespan import MinTotalDurationPerf
@@ -18,6 +20,8 @@ from slurm_hetsched.core.policies.rate_lp import RateRows, RateSolution, solve_r
 from slurm_hetsched.core.policies.rates import normalized_rates
 from slurm_hetsched.core.policies.type_prices import Hulls, certify
 from slurm_hetsched.core.policies.water_filling import MaxMinFairnessWaterFillingPerf
+from slurm_hetsched.core.problem import SiteData, build_problem
+from slurm_hetsched.data_files import shipped_throughputs
 from slurm_hetsched.errors import SolverError
 
 
@@ -87,7 +91,7 @@ def test_prices_give_the_whole_lps_optimum(crowded: bool, monkeypatch: pytest.Mo
 
 def test_sampled_start_on_many_rows(monkeypatch: pytest.MonkeyPatch) -> None:
     # The sample's prices start the search from SAMPLE_FROM_ROWS rows on.
-    monkeypatch.setattr(rate_lp, "SAMPLE_FROM_ROWS", 1000)
+    monkeypatch.setattr(by_prices, "SAMPLE_FROM_ROWS", 1000)
     rng = np.random.default_rng(7)
     n_rows, n_types = 3000, 3
     classes = rng.uniform(0.3, 3.0, size=(30, n_types))
@@ -154,3 +158,39 @@ def test_policies_answer_the_same_through_prices(
             np.testing.assert_allclose(
                 normalized_rates(problem, priced.x), normalized_rates(problem, whole.x), rtol=1e-6
             )
+
+
+def test_the_round_after_the_fill_is_as_full_either_way(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The max-min LP is degenerate: prices and HiGHS may pick different optimal x. After the
+    # mechanism's work-conserving fill, both rounds keep every GPU type equally busy.
+    rng = np.random.default_rng(11)
+    table = shipped_throughputs()
+    keys = [(c, g) for (c, g) in table.rows if g in (1, 2, 4)]
+    nodes = tuple(Node(f"{t}-{i}", {t: 4}) for t in ("v100", "p100", "k80") for i in range(3))
+    jobs = tuple(
+        Job(
+            f"j{m}",
+            keys[k][0],
+            num_gpus=keys[k][1],
+            measured_steps_per_s={"v100": float(rng.uniform(0.5, 2.0))},
+        )
+        for m, k in enumerate(rng.integers(len(keys), size=60))
+    )
+    snapshot = ClusterSnapshot(0.0, nodes, jobs)
+    problem = build_problem(snapshot, SiteData(table))
+    busy = []
+    for direct_rows in (10**9, 0):
+        monkeypatch.setattr(rate_lp, "DIRECT_ROWS", direct_rows)
+        allocation = MaxMinFairnessPerf().allocate(problem)
+        plan, _ = plan_round(
+            allocation, RoundState.initial(problem.gpu_types), snapshot, 360.0, table=table
+        )
+        used = {t: 0 for t in problem.gpu_types}
+        for placement in plan.placements.values():
+            for piece in placement.slices:
+                used[piece.gpu_type] += piece.count
+        busy.append((allocation.objective, used))
+    (whole_objective, whole_used), (priced_objective, priced_used) = busy
+    assert priced_objective == pytest.approx(whole_objective, rel=1e-6)
+    assert priced_used == whole_used
+    assert sum(whole_used.values()) >= 30  # 36 GPUs, 60 jobs waiting: nearly all busy
