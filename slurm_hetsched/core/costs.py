@@ -135,41 +135,60 @@ def window_energy_kwh(
     """
     if end_s <= start_s:
         return 0.0
-    events: dict[str, list[tuple[float, str, int]]] = defaultdict(list)
+    names = list(nodes)
+    node_of = {name: i for i, name in enumerate(names)}
+    types = sorted({t for gpus in nodes.values() for t in gpus})
+    type_of = {t: k for k, t in enumerate(types)}
+    has = np.array([[nodes[n].get(t, 0) for t in types] for n in names]).reshape(len(names), -1)
+    # Watts of a node with no busy GPU, and what each busy GPU of a type adds.
+    idle_w = has @ np.array([model.idle_w[t] for t in types]) + model.site.node_base_w
+    extra_w = np.array([model.busy_w[t] - model.idle_w[t] for t in types])
+    node, kind, count, lo, hi = [], [], [], [], []
     for iv in intervals:
-        lo, hi = max(iv.start_s, start_s), min(iv.end_s, end_s)
-        _node_total(nodes, iv.node)
-        if hi > lo:
-            events[iv.node] += [(lo, iv.gpu_type, iv.count), (hi, iv.gpu_type, -iv.count)]
-    joules = 0.0
-    for node, gpus in nodes.items():
-        idle_w = sum(model.idle_w[t] * c for t, c in gpus.items()) + model.site.node_base_w
-        busy = dict.fromkeys(gpus, 0)
-        t_prev = start_s
-        for t_now, gpu_type, delta in sorted(events.get(node, []), key=lambda e: (e[0], e[2])):
-            joules += _node_watts(model, gpus, busy, idle_w, idle_nodes_on) * (t_now - t_prev)
-            busy[gpu_type] = busy.get(gpu_type, 0) + delta
-            if busy[gpu_type] > gpus.get(gpu_type, 0):
-                raise ValueError(
-                    f"node {node!r}: {busy[gpu_type]} busy {gpu_type} GPUs at {t_now}, "
-                    f"it has {gpus.get(gpu_type, 0)}"
-                )
-            t_prev = t_now
-        joules += _node_watts(model, gpus, busy, idle_w, idle_nodes_on) * (end_s - t_prev)
+        if iv.node not in node_of:
+            raise ValueError(f"interval on node {iv.node!r}, which is not in `nodes`")
+        node.append(node_of[iv.node])
+        kind.append(type_of.get(iv.gpu_type, -1))
+        count.append(iv.count)
+        lo.append(max(iv.start_s, start_s))
+        hi.append(min(iv.end_s, end_s))
+    seen = np.array(hi) > np.array(lo) if lo else np.zeros(0, dtype=bool)
+    off_w = idle_w if idle_nodes_on else np.zeros(len(names))
+    # Nodes with nothing on them draw their idle power (or none) for the whole window.
+    busy_nodes = np.unique(np.array(node, dtype=np.int64)[seen])
+    joules = float(off_w.sum() - off_w[busy_nodes].sum()) * (end_s - start_s)
+    if not seen.any():
+        return joules / J_PER_KWH
+    if np.any(np.array(kind)[seen] < 0):
+        bad = [t for t, k in zip(count, kind, strict=True) if k < 0]
+        raise ValueError(f"an interval is on a GPU type no node has ({bad[:1]})")
+    # Every interval is a start (+count) and an end (-count) event; on each node, in time
+    # order with ends first at equal times, the busy GPUs per type are running sums.
+    at = np.r_[np.array(lo)[seen], np.array(hi)[seen]]
+    on = np.r_[np.array(node)[seen], np.array(node)[seen]]
+    of = np.r_[np.array(kind)[seen], np.array(kind)[seen]]
+    delta = np.r_[np.array(count)[seen], -np.array(count)[seen]]
+    order = np.lexsort((delta, at, on))
+    at, on, of, delta = at[order], on[order], of[order], delta[order]
+    change = np.zeros((len(at), len(types)), dtype=np.int64)
+    change[np.arange(len(at)), of] = delta
+    # A node's events add up to 0, so the running sum starts each node's block at 0.
+    busy = np.cumsum(change, axis=0)
+    first = np.r_[True, on[1:] != on[:-1]]  # each node's first event
+    starts = np.nonzero(first)[0]
+    over = busy > has[on]
+    if over.any():
+        e, k = np.argwhere(over)[0]
+        raise ValueError(
+            f"node {names[on[e]]!r}: {busy[e, k]} busy {types[k]} GPUs at {at[e]}, "
+            f"it has {has[on[e], k]}"
+        )
+    watts = np.where(busy.sum(axis=1) > 0, idle_w[on] + busy @ extra_w, off_w[on])
+    until = np.r_[at[1:], end_s]
+    until[np.r_[first[1:], True]] = end_s  # a node's last event lasts to the window's end
+    joules += float(watts @ (until - at))
+    joules += float(off_w[on[starts]] @ (at[starts] - start_s))  # before a node's first event
     return joules / J_PER_KWH
-
-
-def _node_watts(
-    model: EnergyModel,
-    gpus: Mapping[str, int],
-    busy: Mapping[str, int],
-    idle_w: float,
-    idle_nodes_on: bool,
-) -> float:
-    used = sum(busy.values())
-    if used == 0:
-        return idle_w if idle_nodes_on else 0.0
-    return idle_w + sum((model.busy_w[t] - model.idle_w[t]) * b for t, b in busy.items())
 
 
 def run_energy_kwh(

@@ -161,11 +161,12 @@ class ClusterSnapshot:
     now_s: float
     nodes: tuple[Node, ...]
     jobs: tuple[Job, ...]
+    # Every GPU type present on some node, sorted (the column order of a problem); derived
+    # once, as every step of a round reads it.
+    gpu_types: tuple[str, ...] = field(init=False, repr=False, compare=False)
 
-    @property
-    def gpu_types(self) -> tuple[str, ...]:
-        """Every GPU type present on some node, sorted (the column order of a problem)."""
-        return tuple(sorted({t for node in self.nodes for t in node.gpus}))
+    def __post_init__(self) -> None:
+        set_field(self, "gpu_types", tuple(sorted({t for node in self.nodes for t in node.gpus})))
 
     def capacity(self, gpu_types: Iterable[str]) -> np.ndarray:
         """Free GPUs per type over available nodes, shape (n_types,), in `gpu_types` order."""

@@ -315,14 +315,15 @@ def _check_placement_fields(p: Problem) -> None:
         at.flags.writeable = False
         set_field(p, "throughput_at", at)
     node_by_name = {node.name: node for node in p.nodes}
+    row_of = {job_id: m for m, job_id in enumerate(p.job_ids)}
     used: dict[tuple[str, str], int] = {}
     for job_id, placement in p.running.items():
-        if job_id not in p.job_ids or placement.job_id != job_id:
+        if job_id not in row_of or placement.job_id != job_id:
             raise InvalidProblemError(
                 f"running: placement of {placement.job_id!r} filed under {job_id!r}; expected "
                 "a job of the problem filed under its own id"
             )
-        m = p.job_ids.index(job_id)
+        m = row_of[job_id]
         if placement.num_gpus not in p.gpu_options(m):
             raise InvalidProblemError(
                 f"job {job_id!r} runs on {placement.num_gpus} GPUs; its allowed counts are "
