@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from slurm_hetsched.core.costs import Interval
 from slurm_hetsched.core.model import ClusterSnapshot, Job, Node, Placement, RoundPlan
@@ -105,6 +105,8 @@ class SimulatedCluster:
         self._jobs_seen: dict[str, Job] = {}  # job id -> its Job in the last snapshot
         self._last_s = clock.now()
         self.intervals: list[Interval] = []
+        # (job, node, GPU type) -> (index in intervals, end) of its latest interval.
+        self._last_interval: dict[tuple[str, str, str], tuple[int, float]] = {}
         self.finish_times: list[float] = []
 
     # -- ClusterBackend ------------------------------------------------------------------------
@@ -220,7 +222,7 @@ class SimulatedCluster:
                     held * piece.count
                 )
                 if held > 0:
-                    self.intervals.append(
+                    self._record(
                         Interval(job_id, piece.node, piece.gpu_type, piece.count, begin, end)
                     )
             if state.end_s is not None:
@@ -230,8 +232,26 @@ class SimulatedCluster:
         for job_id in finished:
             del self._active[job_id]
             self._jobs_seen.pop(job_id, None)
+        # Only intervals that end now can be continued next round.
+        self._last_interval = {k: i for k, i in self._last_interval.items() if i[1] == now}
         self._last_s = now
         return ran_s, tuple(finished)
+
+    def _record(self, interval: Interval) -> None:
+        """Add what ran; a job that went on on the same GPUs from where its last interval
+        ended extends that interval (one per stay, not one per round: the same energy and busy
+        GPUs, a fraction of the memory)."""
+        key = (interval.job_id, interval.node, interval.gpu_type)
+        last = self._last_interval.get(key)
+        if last is not None and last[1] == interval.start_s:
+            index = last[0]
+            before = self.intervals[index]
+            if before.count == interval.count:
+                self.intervals[index] = replace(before, end_s=interval.end_s)
+                self._last_interval[key] = (index, interval.end_s)
+                return
+        self._last_interval[key] = (len(self.intervals), interval.end_s)
+        self.intervals.append(interval)
 
     def _rate(self, job: TraceJob, placement: Placement) -> float:
         (gpu_type,) = placement.gpu_types

@@ -98,7 +98,6 @@ def solve_highs(
     n_types: int,
     warm_start: Any = None,
     method: str = "simplex",
-    presolve: bool = True,
 ) -> LpSolution:
     """Solve `lp` with HiGHS.
 
@@ -110,8 +109,6 @@ def solve_highs(
             sequences of similar ones) or "ipm" (interior point, then crossover to a vertex:
             several times faster on large degenerate LPs such as max-min over thousands of
             distinct jobs).
-        presolve: False skips HiGHS's presolve, a fifth of the time of an LP of a few
-            hundred rows (where it finds little to remove).
 
     Returns:
         The optimal solution.
@@ -138,8 +135,6 @@ def solve_highs(
     highs = highspy.Highs()
     highs.silent()
     highs.setOptionValue("solver", method)
-    if not presolve:
-        highs.setOptionValue("presolve", "off")
     highs.passModel(model)
     if warm_start is not None:
         highs.setBasis(warm_start)

@@ -99,7 +99,6 @@ def _solve_whole(data: RateRows, policy: str, n_jobs: int, warm_start: object) -
         n_types=lp.shape[1],
         warm_start=warm_start,
         method="ipm" if data.n_rows > IPM_ROWS and warm_start is None else "simplex",
-        presolve=data.n_rows > DIRECT_ROWS,
     )
     x, t, dual = lp.unpack(solution)
     return RateSolution(
