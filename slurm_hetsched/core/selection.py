@@ -14,8 +14,9 @@ never changes once built), which changes no result.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -86,8 +87,8 @@ def _select(
     rows, cols = np.nonzero(eligible)
     if rows.size == 0:
         return []
-    job_rank = _ranks(allocation.job_ids)
-    type_rank = _ranks(allocation.gpu_types)
+    job_rank = _derived(allocation, "job_rank", lambda: _ranks(allocation.job_ids))
+    type_rank = _derived(allocation, "type_rank", lambda: _ranks(allocation.gpu_types))
     walk = np.zeros(len(allocation.gpu_types), dtype=np.int64)
     if order is not None:
         walk[np.asarray(order, dtype=np.int64)] = np.arange(len(order))
@@ -174,6 +175,15 @@ def _speed_scores(table: ThroughputTable, gpu_types: tuple[str, ...]) -> dict[st
 def runnable(allocation: Allocation, jobs: Mapping[str, Job], table: ThroughputTable) -> np.ndarray:
     """(n_jobs, n_types) bool: the table has steps/s > 0 for the job's class at its GPU count
     on the type (consolidated). Types or classes the table lacks: False (never filled)."""
+    held, mask = _derived(
+        allocation, "runnable", lambda: (table, _runnable(allocation, jobs, table))
+    )
+    return mask if held is table else _runnable(allocation, jobs, table)
+
+
+def _runnable(
+    allocation: Allocation, jobs: Mapping[str, Job], table: ThroughputTable
+) -> np.ndarray:
     memo = _memo(table).runnable
     types = allocation.gpu_types
     columns = np.array([table.gpu_types.index(t) if t in table.gpu_types else -1 for t in types])
@@ -215,6 +225,31 @@ def _memo(table: ThroughputTable) -> _TableMemo:
     _MEMOS.append(memo)
     del _MEMOS[:-4]
     return memo
+
+
+# What the rounds derive from one allocation, kept while it stays in force (most rounds
+# reuse the last allocation): the last few allocations, by identity, most recent last. Each
+# holds its allocation, so an id is never reused while cached.
+_BY_ALLOCATION: list[tuple[Allocation, dict[str, Any]]] = []
+
+
+def _derived(allocation: Allocation, what: str, compute: Callable[[], Any]) -> Any:
+    """`compute()`, once per allocation (and per `what`); the result must depend only on the
+    allocation and on what never changes for its jobs (class, GPU count, the table)."""
+    found = [values for held, values in _BY_ALLOCATION if held is allocation]
+    if found:
+        values = found[0]
+    else:
+        values = {}
+        _BY_ALLOCATION.append((allocation, values))
+        del _BY_ALLOCATION[:-2]
+    if what not in values:
+        value = compute()
+        for array in value if isinstance(value, tuple) else (value,):
+            if isinstance(array, np.ndarray):
+                array.flags.writeable = False  # shared by the rounds that follow
+        values[what] = value
+    return values[what]
 
 
 def _ranks(names: Sequence[str]) -> np.ndarray:

@@ -13,10 +13,11 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
+from typing import Any
 
 from slurm_hetsched.core.costs import Interval
-from slurm_hetsched.core.model import ClusterSnapshot, Job, Node, Placement, RoundPlan
+from slurm_hetsched.core.model import ClusterSnapshot, GpuSlice, Job, Node, Placement, RoundPlan
 from slurm_hetsched.core.ports import EnactReport, Observation
 from slurm_hetsched.core.problem import table_rate
 from slurm_hetsched.core.throughput import ThroughputTable
@@ -102,11 +103,15 @@ class SimulatedCluster:
         )
         self._next_pending = 0
         self._active: dict[str, _JobState] = {}
+        self._placed: set[str] = set()  # active jobs with a placement
         self._jobs_seen: dict[str, Job] = {}  # job id -> its Job in the last snapshot
         self._last_s = clock.now()
-        self.intervals: list[Interval] = []
-        # (job, node, GPU type) -> (index in intervals, end) of its latest interval.
-        self._last_interval: dict[tuple[str, str, str], tuple[int, float]] = {}
+        # What ran: [job, node, GPU type, count, start, end] per stay (see intervals).
+        self._spans: list[list[Any]] = []
+        self._intervals: list[Interval] = []
+        self._stale = False
+        # (job, node, GPU type) -> its latest span, while it may still be continued.
+        self._last_interval: dict[tuple[str, str, str], list[Any]] = {}
         self.finish_times: list[float] = []
 
     # -- ClusterBackend ------------------------------------------------------------------------
@@ -141,6 +146,7 @@ class SimulatedCluster:
                 if old is not None:
                     state.preemptions += 1  # stopped while it still has work
                 state.placement = None
+                self._placed.discard(job_id)
                 continue
             if old is not None and job_id in plan.keep:
                 state.placed_at_s = now  # lease extended: keeps running, no overhead
@@ -149,6 +155,7 @@ class SimulatedCluster:
                 state.preemptions += 1  # moved to other GPUs
                 state.moves += 1
             state.placement = new
+            self._placed.add(job_id)
             state.placed_at_s = now
             # A restart cut short by another move or a stop is not owed twice: the new one
             # replaces it (the checkpoint it restores from is the same).
@@ -195,10 +202,10 @@ class SimulatedCluster:
         since = self._last_s
         ran_s: dict[str, float] = {}
         finished = []
-        for job_id, state in sorted(self._active.items()):
+        for job_id in sorted(self._placed):
+            state = self._active[job_id]
             placement = state.placement
-            if placement is None:
-                continue
+            assert placement is not None  # _placed holds exactly the placed jobs
             begin = max(since, state.placed_at_s)
             span = max(0.0, now - begin)
             overhead = min(span, state.overhead_left_s)
@@ -222,36 +229,42 @@ class SimulatedCluster:
                     held * piece.count
                 )
                 if held > 0:
-                    self._record(
-                        Interval(job_id, piece.node, piece.gpu_type, piece.count, begin, end)
-                    )
+                    self._record(job_id, piece, begin, end)
             if state.end_s is not None:
                 state.placement = None
+                self._placed.discard(job_id)
                 finished.append(job_id)
                 self.finish_times.append(state.end_s)
         for job_id in finished:
             del self._active[job_id]
             self._jobs_seen.pop(job_id, None)
         # Only intervals that end now can be continued next round.
-        self._last_interval = {k: i for k, i in self._last_interval.items() if i[1] == now}
+        self._last_interval = {k: i for k, i in self._last_interval.items() if i[5] == now}
         self._last_s = now
         return ran_s, tuple(finished)
 
-    def _record(self, interval: Interval) -> None:
+    @property
+    def intervals(self) -> list[Interval]:
+        """What ran where and when, in the order it started; one interval per stay on the
+        same GPUs."""
+        if self._stale:
+            self._intervals = [Interval(*span) for span in self._spans]
+            self._stale = False
+        return self._intervals
+
+    def _record(self, job_id: str, piece: GpuSlice, begin: float, end: float) -> None:
         """Add what ran; a job that went on on the same GPUs from where its last interval
         ended extends that interval (one per stay, not one per round: the same energy and busy
-        GPUs, a fraction of the memory)."""
-        key = (interval.job_id, interval.node, interval.gpu_type)
+        GPUs, a fraction of the memory). Kept as plain lists until read."""
+        key = (job_id, piece.node, piece.gpu_type)
         last = self._last_interval.get(key)
-        if last is not None and last[1] == interval.start_s:
-            index = last[0]
-            before = self.intervals[index]
-            if before.count == interval.count:
-                self.intervals[index] = replace(before, end_s=interval.end_s)
-                self._last_interval[key] = (index, interval.end_s)
-                return
-        self._last_interval[key] = (len(self.intervals), interval.end_s)
-        self.intervals.append(interval)
+        if last is not None and last[5] == begin and last[3] == piece.count:
+            last[5] = end
+        else:
+            span = [job_id, piece.node, piece.gpu_type, piece.count, begin, end]
+            self._spans.append(span)
+            self._last_interval[key] = span
+        self._stale = True
 
     def _rate(self, job: TraceJob, placement: Placement) -> float:
         (gpu_type,) = placement.gpu_types

@@ -55,6 +55,8 @@ class Node:
     gpus_in_use: Mapping[str, int] = field(default_factory=lambda: EMPTY)
     features: tuple[str, ...] = ()
     available: bool = True
+    # GPU type -> free_gpus(type), derived once (read for every node in every round).
+    _free: Mapping[str, int] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         set_field(self, "gpus", frozen_mapping(self.gpus))
@@ -71,12 +73,12 @@ class Node:
             raise InvalidProblemError(
                 f"node {self.name!r}: GPUs in use of types it does not have: {sorted(unknown)}"
             )
+        free = {t: n - self.gpus_in_use.get(t, 0) for t, n in self.gpus.items()}
+        set_field(self, "_free", free if self.available else {})
 
     def free_gpus(self, gpu_type: str) -> int:
         """GPUs of `gpu_type` the scheduler may use on this node (0 if unavailable)."""
-        if not self.available:
-            return 0
-        return self.gpus.get(gpu_type, 0) - self.gpus_in_use.get(gpu_type, 0)
+        return self._free.get(gpu_type, 0)
 
 
 @dataclass(frozen=True, slots=True)

@@ -24,7 +24,9 @@ class InvalidProblemError(HetschedError, ValueError):
 
 def frozen_mapping(value: Mapping[str, Any] | None) -> Mapping[str, Any]:
     """A read-only copy of `value` ({} for None)."""
-    return types.MappingProxyType(dict(value or {}))
+    if not value:
+        return EMPTY  # the one shared empty mapping: nothing to copy
+    return types.MappingProxyType(dict(value))
 
 
 def frozen_array(
@@ -41,7 +43,10 @@ def frozen_array(
     NaN and +inf are rejected unless allowed (they mean "none" for due dates and SLOs).
     """
     try:
-        array: np.ndarray = np.array(value, dtype=dtype, copy=True)
+        # A read-only array of the right type is kept as it is (nobody can write into it);
+        # anything else is copied.
+        keep = isinstance(value, np.ndarray) and not value.flags.writeable
+        array: np.ndarray = np.array(value, dtype=dtype, copy=not keep or value.dtype != dtype)
     except (TypeError, ValueError) as exc:
         raise InvalidProblemError(f"{what}: not numeric ({exc})") from None
     if array.shape != shape:
@@ -54,7 +59,8 @@ def frozen_array(
             bad |= np.isposinf(array)
         if bad.any():
             raise InvalidProblemError(f"{what}: non-finite value {array[bad].flat[0]!r}")
-    array.flags.writeable = False
+    if array.flags.writeable:
+        array.flags.writeable = False
     return array
 
 
