@@ -143,31 +143,33 @@ def window_energy_kwh(
     # Watts of a node with no busy GPU, and what each busy GPU of a type adds.
     idle_w = has @ np.array([model.idle_w[t] for t in types]) + model.site.node_base_w
     extra_w = np.array([model.busy_w[t] - model.idle_w[t] for t in types])
-    node, kind, count, lo, hi = [], [], [], [], []
-    for iv in intervals:
+    listed = intervals if isinstance(intervals, Sequence) else list(intervals)
+    n = len(listed)
+    for iv in listed:  # every node known: checked first, so the arrays need no sentinel
         if iv.node not in node_of:
             raise ValueError(f"interval on node {iv.node!r}, which is not in `nodes`")
-        node.append(node_of[iv.node])
-        kind.append(type_of.get(iv.gpu_type, -1))
-        count.append(iv.count)
-        lo.append(max(iv.start_s, start_s))
-        hi.append(min(iv.end_s, end_s))
-    seen = np.array(hi) > np.array(lo) if lo else np.zeros(0, dtype=bool)
+    # Column arrays, not lists of Python numbers: a long simulation has millions.
+    node = np.fromiter((node_of[iv.node] for iv in listed), dtype=np.int64, count=n)
+    kind = np.fromiter((type_of.get(iv.gpu_type, -1) for iv in listed), dtype=np.int64, count=n)
+    count = np.fromiter((iv.count for iv in listed), dtype=np.int64, count=n)
+    lo = np.maximum(np.fromiter((iv.start_s for iv in listed), dtype=float, count=n), start_s)
+    hi = np.minimum(np.fromiter((iv.end_s for iv in listed), dtype=float, count=n), end_s)
+    seen = hi > lo
     off_w = idle_w if idle_nodes_on else np.zeros(len(names))
     # Nodes with nothing on them draw their idle power (or none) for the whole window.
-    busy_nodes = np.unique(np.array(node, dtype=np.int64)[seen])
+    busy_nodes = np.unique(node[seen])
     joules = float(off_w.sum() - off_w[busy_nodes].sum()) * (end_s - start_s)
     if not seen.any():
         return joules / J_PER_KWH
-    if np.any(np.array(kind)[seen] < 0):
-        bad = [t for t, k in zip(count, kind, strict=True) if k < 0]
-        raise ValueError(f"an interval is on a GPU type no node has ({bad[:1]})")
+    if np.any(kind[seen] < 0):
+        bad = listed[int(np.argmax(seen & (kind < 0)))]
+        raise ValueError(f"interval on GPU type {bad.gpu_type!r}, which no node has")
     # Every interval is a start (+count) and an end (-count) event; on each node, in time
     # order with ends first at equal times, the busy GPUs per type are running sums.
-    at = np.r_[np.array(lo)[seen], np.array(hi)[seen]]
-    on = np.r_[np.array(node)[seen], np.array(node)[seen]]
-    of = np.r_[np.array(kind)[seen], np.array(kind)[seen]]
-    delta = np.r_[np.array(count)[seen], -np.array(count)[seen]]
+    at = np.r_[lo[seen], hi[seen]]
+    on = np.r_[node[seen], node[seen]]
+    of = np.r_[kind[seen], kind[seen]]
+    delta = np.r_[count[seen], -count[seen]]
     order = np.lexsort((delta, at, on))
     at, on, of, delta = at[order], on[order], of[order], delta[order]
     change = np.zeros((len(at), len(types)), dtype=np.int64)
