@@ -38,6 +38,7 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -122,6 +123,12 @@ def make_problem(case: Case, table: ThroughputTable, seed: int = 0) -> Problem:
     )
 
 
+def print_header(header: str) -> None:
+    """A table's header line and the rule under it."""
+    print(header)
+    print("-" * len(header))
+
+
 def timed(policy: Policy, problem: Problem) -> tuple[float, float, int]:
     """(best wall seconds, objective, solver calls)."""
     best = float("inf")
@@ -139,17 +146,29 @@ def _run_in_child(args: tuple[Callable[[], Policy], Case], queue: multiprocessin
     queue.put(timed(make_policy(), make_problem(case, shipped_throughputs()))[:2])
 
 
-def timed_with_limit(make_policy: Callable[[], Policy], case: Case, limit_s: float) -> str:
-    """Run one case in a child process; 'timeout' past limit_s."""
+def run_in_child(target: Callable[..., None], args: tuple[Any, ...], limit_s: float) -> Any:
+    """`target(*args, queue)` in a child process: what it put on the queue; TIMEOUT past
+    limit_s, None if it put nothing (it failed)."""
     queue: multiprocessing.Queue = multiprocessing.Queue()  # type: ignore[type-arg]
-    child = multiprocessing.Process(target=_run_in_child, args=((make_policy, case), queue))
+    child = multiprocessing.Process(target=target, args=(*args, queue))
     child.start()
     child.join(limit_s)
     if child.is_alive():
         child.terminate()
         child.join()
+        return TIMEOUT
+    return None if queue.empty() else queue.get()
+
+
+TIMEOUT = "timeout"
+
+
+def timed_with_limit(make_policy: Callable[[], Policy], case: Case, limit_s: float) -> str:
+    """Run one case in a child process; 'not finished' past limit_s."""
+    result = run_in_child(_run_in_child, ((make_policy, case),), limit_s)
+    if result is None or result == TIMEOUT:
         return f"{'>' + str(int(limit_s)):>9}    (not finished)"
-    wall, objective = queue.get()
+    wall, objective = result
     return f"{wall:9.4f} {objective:9.4f}"
 
 
@@ -195,8 +214,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.steps_only:
         print_steps_table(cases, table)
         return 0
-    print(header)
-    print("-" * len(header))
+    print_header(header)
     for case in cases:
         problem = make_problem(case, table)
         runs = max_min_runs(case, problem, args.energy_only)
@@ -238,8 +256,7 @@ def print_steps_table(cases: list[Case], table: ThroughputTable) -> None:
         f"{'policy':<27} {'backend':<8} {'jobs':>7} {'types':>5} {'GPUs':>4} {'mix':>6} "
         f"{'rows':>8} {'wall_s':>9} {'objective':>12} {'LPs':>4}"
     )
-    print(header)
-    print("-" * len(header))
+    print_header(header)
     for case in cases:
         if case.distinct:
             continue

@@ -29,7 +29,7 @@ import sys
 import time
 from collections.abc import Callable
 
-from policies import Case, make_problem
+from policies import TIMEOUT, Case, make_problem, print_header, run_in_child
 
 from slurm_hetsched.core.policies.base import Policy
 from slurm_hetsched.core.policies.finish_time_fairness import FinishTimeFairnessPerf
@@ -64,17 +64,12 @@ def _child(name: str, case: Case, queue: multiprocessing.Queue) -> None:  # type
 
 def run_case(name: str, case: Case, limit_s: float) -> str:
     """One policy on one case in a child process: the table's cells after the label."""
-    queue: multiprocessing.Queue = multiprocessing.Queue()  # type: ignore[type-arg]
-    child = multiprocessing.Process(target=_child, args=(name, case, queue))
-    child.start()
-    child.join(limit_s)
-    if child.is_alive():
-        child.terminate()
-        child.join()
+    result = run_in_child(_child, (name, case), limit_s)
+    if result == TIMEOUT:
         return f"{'>' + str(int(limit_s)):>9} {'':>12} {'':>4} {'':>8}"
-    if queue.empty():
+    if result is None:
         return f"{'failed':>9}"
-    wall, objective, solves, peak_mib = queue.get()
+    wall, objective, solves, peak_mib = result
     return f"{wall:9.3f} {objective:12.6g} {solves:>4} {peak_mib:8.0f}"
 
 
@@ -89,8 +84,7 @@ def main(argv: list[str] | None = None) -> int:
         f"{'policy':<36} {'jobs':>7} {'types':>5} {'rows':>8} {'wall_s':>9} {'objective':>12}"
         f" {'LPs':>4} {'peak_MiB':>8} {'gavel_s':>9}"
     )
-    print(header)
-    print("-" * len(header))
+    print_header(header)
     for n_jobs in sizes:
         for n_types in (3, 8):
             for rows in ("table", "distinct"):

@@ -11,8 +11,8 @@ overhead and the round mechanism's defaults (one queue per GPU type, work conser
 policy is solved only in rounds where jobs arrived or finished; the other rounds reuse the
 allocation, as Gavel does. Target: 1000 jobs in under 60 s on a 2-core machine.
 
-Last run (2 cores): 100 jobs 1.4 s and 132 MiB, 1000 jobs 25.9 s and 203 MiB, 5000 jobs
-152.1 s and 475 MiB (peak resident memory of the whole process).
+Last run (2 cores): 5000 jobs 78-95 s and 535 MiB (peak resident memory of the whole
+process); 152.1 s and 475 MiB before the simulation-speed work (docs/simulation.md, "Speed").
 """
 
 from __future__ import annotations

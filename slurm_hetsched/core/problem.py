@@ -114,6 +114,10 @@ def build_problem(
     )
 
 
+# table_rate keeps at most this many answers per table.
+MEMO_ENTRIES = 100_000
+
+
 def table_rate(
     table: ThroughputTable, job_class: str, gpu_type: str, num_gpus: int, *, spread: bool = False
 ) -> float:
@@ -136,6 +140,8 @@ def table_rate(
         base = max(below) if below else min(counts)
         rate = table.steps_per_s(job_class, gpu_type, base, consolidated=not spread)
         rate = float(rate * (num_gpus / base) ** SUBLINEAR_EXPONENT)
+    if len(table.memo) >= MEMO_ENTRIES:  # bounded, whatever GPU counts jobs ask for
+        table.memo.clear()
     table.memo[key] = rate  # after the lookups: an unknown class raises and is not kept
     return rate
 

@@ -14,7 +14,6 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 from slurm_hetsched.core.costs import Interval
 from slurm_hetsched.core.model import ClusterSnapshot, GpuSlice, Job, Node, Placement, RoundPlan
@@ -106,12 +105,10 @@ class SimulatedCluster:
         self._placed: set[str] = set()  # active jobs with a placement
         self._jobs_seen: dict[str, Job] = {}  # job id -> its Job in the last snapshot
         self._last_s = clock.now()
-        # What ran: [job, node, GPU type, count, start, end] per stay (see intervals).
-        self._spans: list[list[Any]] = []
-        self._intervals: list[Interval] = []
-        self._stale = False
-        # (job, node, GPU type) -> its latest span, while it may still be continued.
-        self._last_interval: dict[tuple[str, str, str], list[Any]] = {}
+        # What ran where and when, one interval per stay on the same GPUs (see _record).
+        self.intervals: list[Interval] = []
+        # (job, node, GPU type) -> index of its latest interval, while it may be continued.
+        self._last_interval: dict[tuple[str, str, str], int] = {}
         self.finish_times: list[float] = []
 
     # -- ClusterBackend ------------------------------------------------------------------------
@@ -239,32 +236,27 @@ class SimulatedCluster:
             del self._active[job_id]
             self._jobs_seen.pop(job_id, None)
         # Only intervals that end now can be continued next round.
-        self._last_interval = {k: i for k, i in self._last_interval.items() if i[5] == now}
+        self._last_interval = {
+            k: i for k, i in self._last_interval.items() if self.intervals[i].end_s == now
+        }
         self._last_s = now
         return ran_s, tuple(finished)
-
-    @property
-    def intervals(self) -> list[Interval]:
-        """What ran where and when, in the order it started; one interval per stay on the
-        same GPUs."""
-        if self._stale:
-            self._intervals = [Interval(*span) for span in self._spans]
-            self._stale = False
-        return self._intervals
 
     def _record(self, job_id: str, piece: GpuSlice, begin: float, end: float) -> None:
         """Add what ran; a job that went on on the same GPUs from where its last interval
         ended extends that interval (one per stay, not one per round: the same energy and busy
-        GPUs, a fraction of the memory). Kept as plain lists until read."""
+        GPUs, a fraction of the memory)."""
         key = (job_id, piece.node, piece.gpu_type)
         last = self._last_interval.get(key)
-        if last is not None and last[5] == begin and last[3] == piece.count:
-            last[5] = end
-        else:
-            span = [job_id, piece.node, piece.gpu_type, piece.count, begin, end]
-            self._spans.append(span)
-            self._last_interval[key] = span
-        self._stale = True
+        if last is not None:
+            before = self.intervals[last]
+            if before.end_s == begin and before.count == piece.count:
+                self.intervals[last] = Interval(
+                    job_id, piece.node, piece.gpu_type, piece.count, before.start_s, end
+                )
+                return
+        self._last_interval[key] = len(self.intervals)
+        self.intervals.append(Interval(job_id, piece.node, piece.gpu_type, piece.count, begin, end))
 
     def _rate(self, job: TraceJob, placement: Placement) -> float:
         (gpu_type,) = placement.gpu_types
