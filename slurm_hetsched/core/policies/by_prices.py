@@ -65,12 +65,10 @@ def solve_by_prices(
     refuse(estimate.prices)
     if estimate.prices.max() <= 1e-9 * estimate.value / data.capacity.min():
         return _without_prices(data, t_cap, policy, n_jobs, lift)
-    # The dual's flat stretch of t at the prices found; responses at prices that break ties.
-    q = data.gpus[:, None] * estimate.prices[None, :]
-    _, t_start, t_end, _ = Hulls.walk(data.a, q, rivals=False).dual(data.floor, data.weight, t_cap)
+    # Responses at prices that break ties, t from the dual's flat stretch at the prices found.
     q = data.gpus[:, None] * _breaking_ties(estimate.prices, data.capacity)[None, :]
     hulls = Hulls.walk(data.a, q)
-    t_guess = hulls.fitting_t(data.floor, data.weight, data.gpus, data.capacity, (t_start, t_end))
+    t_guess = hulls.fitting_t(data.floor, data.weight, data.gpus, data.capacity, estimate.stretch)
     demand = data.floor + data.weight * t_guess
     responses = hulls.responses_at(demand, data.floor, data.weight)
     free = (

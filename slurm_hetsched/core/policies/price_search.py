@@ -40,14 +40,14 @@ class PriceEstimate:
 
     Attributes:
         prices: (n_types,).
-        t: the maximizing t at those prices.
+        stretch: (first, last) t where the dual is maximal at those prices (Hulls.dual).
         value: L(prices).
         evals: dual evaluations made.
         radius: the box's final size relative to the largest price.
     """
 
     prices: np.ndarray
-    t: float
+    stretch: tuple[float, float]
     value: float
     evals: int
     radius: float
@@ -92,16 +92,16 @@ def search_prices(
     master.changeColCost(n_types, 1.0)
     columns = np.arange(n_types + 1, dtype=np.int32)
 
-    def value(p: np.ndarray) -> tuple[float, float, np.ndarray]:
+    def value(p: np.ndarray) -> tuple[float, tuple[float, float], np.ndarray]:
         hulls = Hulls.walk(a, gpus[:, None] * p[None, :], rivals=False)
-        inner, t, _, x = hulls.dual(floor, weight, t_cap)
-        return float(p @ capacity) + inner, t, capacity - gpus @ x
+        inner, t, t_end, x = hulls.dual(floor, weight, t_cap)
+        return float(p @ capacity) + inner, (t, t_end), capacity - gpus @ x
 
-    best_value, best_t, cut = value(prices)
+    best_value, best_stretch, cut = value(prices)
     best = prices
     radius *= max(float(best.max()), floor_price)
     evals, predicted = 1, 0.0
-    point, point_value, point_t = prices, best_value, best_t
+    point, point_value, point_stretch = prices, best_value, best_stretch
     for _ in range(EVALS_PER_TYPE * n_types):
         master.addRow(float(point_value - cut @ point), inf, n_types + 1, columns, np.r_[-cut, 1.0])
         if evals > 1:
@@ -110,7 +110,7 @@ def search_prices(
             else:
                 radius *= SHRINK
         if point_value < best_value:
-            best, best_value, best_t = point, point_value, point_t
+            best, best_value, best_stretch = point, point_value, point_stretch
         if radius <= tolerance * max(float(best.max()), floor_price):
             break
         low = np.maximum(best - radius, 0.0)
@@ -127,8 +127,8 @@ def search_prices(
             upper = np.where(point >= upper * (1 - 1e-12), upper * 8, upper)
             if on_growth is not None:
                 on_growth(point)
-        point_value, point_t, cut = value(point)
+        point_value, point_stretch, cut = value(point)
         evals += 1
     return PriceEstimate(
-        best, best_t, best_value, evals, radius / max(float(best.max()), floor_price)
+        best, best_stretch, best_value, evals, radius / max(float(best.max()), floor_price)
     )
