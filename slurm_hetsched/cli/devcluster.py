@@ -9,6 +9,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from slurm_hetsched.devcluster import DevCluster
+    from slurm_hetsched.devcluster.sid import SidCluster
     from slurm_hetsched.nodelayout import DevClusterConfig
 
 
@@ -108,16 +112,25 @@ def devcluster_command(args: argparse.Namespace) -> int:
     if (args.slurm or _slurm_of_environment(folder.resolve())) == "sid":
         return _sid_command(args, config, folder.resolve())
     cluster = DevCluster(config, folder.resolve())
-    if args.action == "up":
-        print(cluster.up(spank_plugins=args.spank, clean=args.clean))
-    elif args.action == "install":
-        print(cluster.install())
-    elif args.action == "down":
-        print(cluster.down())
-    elif args.action == "status":
-        print(cluster.status())
-    elif args.action == "env":
-        print(f"export SLURM_CONF={shlex.quote(str(cluster.slurm_conf))}")
+    env = [f"export SLURM_CONF={shlex.quote(str(cluster.slurm_conf))}"]
+    return _act(
+        args.action, cluster, lambda: cluster.up(spank_plugins=args.spank, clean=args.clean), env
+    )
+
+
+def _act(
+    action: str, cluster: DevCluster | SidCluster, up: Callable[[], str], env: list[str]
+) -> int:
+    """Run one action on either Slurm's cluster and print what it reports; `up` and `env`
+    (the shell lines that point Slurm's commands at it) are each cluster's own."""
+    steps: dict[str, Callable[[], str]] = {
+        "up": up,
+        "install": cluster.install,
+        "down": cluster.down,
+        "status": cluster.status,
+        "env": lambda: "\n".join(env),
+    }
+    print(steps[action]())
     return 0
 
 
@@ -144,13 +157,4 @@ def _sid_command(args: argparse.Namespace, config: DevClusterConfig, folder: Pat
                 "--spank registers plugins built for the system Slurm; with --slurm sid, `up` "
                 "builds ours against the chroot's Slurm and registers it by itself"
             )
-        print(cluster.up(clean=args.clean))
-    elif args.action == "install":
-        print(cluster.install())
-    elif args.action == "down":
-        print(cluster.down())
-    elif args.action == "status":
-        print(cluster.status())
-    elif args.action == "env":
-        print("\n".join(cluster.env_lines()))
-    return 0
+    return _act(args.action, cluster, lambda: cluster.up(clean=args.clean), cluster.env_lines())
