@@ -15,10 +15,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from slurm_hetsched.core.amortize import MoveCase, hold_reason, move_rates, restart_cost_s
-from slurm_hetsched.core.model import ClusterSnapshot, Job, Placement, RoundState
+from slurm_hetsched.core.model import Job, Placement, RoundState
 from slurm_hetsched.core.placement import fits, place_jobs, same_gpus, without
 from slurm_hetsched.core.round_options import RoundOptions
-from slurm_hetsched.core.selection import Walk
+from slurm_hetsched.core.selection import Walk, row_of
 from slurm_hetsched.core.throughput import ThroughputTable
 
 
@@ -26,7 +26,8 @@ def hold_running(
     placed: dict[str, Placement],
     walk: Walk,
     state: RoundState,
-    snapshot: ClusterSnapshot,
+    jobs: Mapping[str, Job],
+    now_s: float,
     free: Mapping[str, Mapping[str, int]],
     round_s: float,
     options: RoundOptions,
@@ -37,11 +38,12 @@ def hold_running(
     the same walk, on the GPUs left. Only the plain plan's moves and stops are undone and every
     job it kept stays, so a round never interrupts more running jobs than the plain plan.
 
+    `jobs` are the snapshot's by id, `now_s` its time.
+
     Returns the placements and job -> why it was held.
     """
     allocation = walk.allocation
-    jobs = {job.key: job for job in snapshot.jobs}
-    rows = {job_id: m for m, job_id in enumerate(allocation.job_ids)}
+    rows = row_of(allocation)
     kept = {
         j: p
         for j, p in placed.items()
@@ -55,7 +57,7 @@ def hold_running(
         job = jobs[job_id]
         rate_now, rate_next = move_rates(job, current, placed.get(job_id), table)
         case = MoveCase(
-            stayed_s=snapshot.now_s - placed_at(state, job_id, snapshot.now_s, round_s),
+            stayed_s=now_s - placed_at(state, job_id, now_s, round_s),
             restart_s=restart_cost_s(job, options.restart_s),
             rate_now=rate_now,
             rate_next=rate_next,

@@ -37,6 +37,7 @@ from slurm_hetsched.core.model import (
     Allocation,
     ClusterSnapshot,
     InvalidProblemError,
+    Job,
     Placement,
     RoundPlan,
     RoundState,
@@ -51,7 +52,14 @@ from slurm_hetsched.core.round_options import (
     QUEUES,
     RoundOptions,
 )
-from slurm_hetsched.core.selection import Walk, runnable, type_speeds, walk_order
+from slurm_hetsched.core.selection import (
+    Walk,
+    gpus_and_arrivals,
+    row_of,
+    runnable,
+    type_speeds,
+    walk_order,
+)
 from slurm_hetsched.core.throughput import ThroughputTable
 
 __all__ = [
@@ -109,11 +117,11 @@ def plan_round(
             node names, an allocated job missing from the snapshot, or an allocation that
             shares GPUs between pairs of jobs.
     """
-    _check_inputs(allocation, snapshot, round_s, min_reset_interval_s)
+    jobs = {job.key: job for job in snapshot.jobs}
+    _check_inputs(allocation, snapshot, jobs, round_s, min_reset_interval_s)
     last_placements = state.placements
     state, reset = advance(allocation, state, snapshot.now_s, min_reset_interval_s)
-    jobs = {job.key: job for job in snapshot.jobs}
-    num_gpus = np.array([jobs[j].num_gpus for j in allocation.job_ids], dtype=np.int64)
+    num_gpus, arrival = gpus_and_arrivals(allocation, jobs)
     priority = compute_priorities(allocation.x, state.received_s, round_s)
     free = free_gpus(snapshot.nodes, allocation.gpu_types)
     held: dict[str, str] = {}
@@ -124,12 +132,11 @@ def plan_round(
         fill = None
         if options.work_conserving and table is not None:
             fill = runnable(allocation, jobs, table) & (allocation.x <= 0)
-        arrival = np.array([jobs[j].arrival_s for j in allocation.job_ids], dtype=float)
         walk = Walk(allocation, priority, state.deficit_s, num_gpus, order, fill, arrival)
         placed = place_jobs(walk.select(free), allocation, num_gpus, free, state.placements)
         if options.moves == "amortized":
             placed, held = hold_running(
-                placed, walk, state, snapshot, free, round_s, options, table
+                placed, walk, state, jobs, snapshot.now_s, free, round_s, options, table
             )
 
     keep: dict[str, Placement] = {}
@@ -144,11 +151,10 @@ def plan_round(
         else:
             move[job_id] = placed[job_id]
     stop = tuple(j for j in sorted(last_placements) if j not in placed and j in jobs)
-    rows = {job_id: m for m, job_id in enumerate(allocation.job_ids)}
+    rows = row_of(allocation)
     column = {t: k for k, t in enumerate(allocation.gpu_types)}
-    chosen_priority = {
-        j: float(priority[rows[j], column[p.gpu_types[0]]]) for j, p in placed.items()
-    }
+    by_row = priority.tolist()
+    chosen_priority = {j: by_row[rows[j]][column[p.gpu_types[0]]] for j, p in placed.items()}
     best_priority = priority.max(axis=1, initial=0.0).tolist()
     plan = RoundPlan(
         round=state.round + 1,
@@ -213,7 +219,11 @@ def record_round(state: RoundState, ran_s: Mapping[str, float]) -> RoundState:
 
 
 def _check_inputs(
-    allocation: Allocation, snapshot: ClusterSnapshot, round_s: float, min_reset_interval_s: float
+    allocation: Allocation,
+    snapshot: ClusterSnapshot,
+    jobs: Mapping[str, Job],
+    round_s: float,
+    min_reset_interval_s: float,
 ) -> None:
     if not (math.isfinite(round_s) and round_s > 0):
         raise InvalidProblemError(f"round_s {round_s}: expected a round length > 0 seconds")
@@ -231,8 +241,7 @@ def _check_inputs(
             "mechanism places each job alone and cannot realise it; use a policy without "
             "space sharing (not `*_packed`)"
         )
-    keys = {job.key for job in snapshot.jobs}
-    missing = [j for j in allocation.job_ids if j not in keys]
+    missing = [j for j in allocation.job_ids if j not in jobs]
     if missing:
         raise InvalidProblemError(
             f"allocation has jobs that are not in the snapshot: {missing[:5]}"

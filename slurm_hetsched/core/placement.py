@@ -136,6 +136,12 @@ def free_gpus(nodes: Sequence[Node], gpu_types: Sequence[str]) -> dict[str, dict
 
 
 def same_gpus(a: Placement, b: Placement) -> bool:
+    """The same GPUs of the same nodes, in whatever order of slices."""
+    if a.slices == b.slices:
+        return True
+    if len(a.slices) == 1 == len(b.slices):
+        return False  # one slice each, and they differ
+
     def key(p: Placement) -> list[tuple[str, str, int]]:
         return sorted((s.node, s.gpu_type, s.count) for s in p.slices)
 

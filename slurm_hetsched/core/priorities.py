@@ -67,6 +67,10 @@ def advance(
             deficit = deficit + x_old * elapsed_s - received
         received = np.zeros_like(received)
         last_reset_s = now_s
+    if not reset and state.allocation is allocation:
+        # The usual round: the state already realises this very allocation (it was indexed
+        # by it, and only its jobs were placed since), so there is nothing to re-index.
+        return state, False
     new_rows, new_cols = allocation.job_ids, allocation.gpu_types
     still_allocated = set(new_rows)
     advanced = dataclasses.replace(

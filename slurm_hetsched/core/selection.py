@@ -87,7 +87,7 @@ def _select(
     rows, cols = np.nonzero(eligible)
     if rows.size == 0:
         return []
-    job_rank = _derived(allocation, "job_rank", lambda: _ranks(allocation.job_ids))
+    row_rank = _row_rank(allocation, num_gpus, arrival_s)
     type_rank = _derived(allocation, "type_rank", lambda: _ranks(allocation.gpu_types))
     walk = np.zeros(len(allocation.gpu_types), dtype=np.int64)
     if order is not None:
@@ -95,9 +95,7 @@ def _select(
     by_order = np.lexsort(
         (
             type_rank[cols],
-            job_rank[rows],
-            -num_gpus[rows],
-            arrival_s[rows],
+            row_rank[rows],
             -x[rows, cols],
             -deficit_s[rows, cols],
             -priority[rows, cols],
@@ -252,8 +250,49 @@ def _derived(allocation: Allocation, what: str, compute: Callable[[], Any]) -> A
     return values[what]
 
 
+def gpus_and_arrivals(
+    allocation: Allocation, jobs: Mapping[str, Job]
+) -> tuple[np.ndarray, np.ndarray]:
+    """Each allocated job's GPU count (int64) and arrival time, in row order (derived once per
+    allocation: neither ever changes for a job; read-only)."""
+    found: tuple[np.ndarray, np.ndarray] = _derived(
+        allocation,
+        "gpus_and_arrivals",
+        lambda: (
+            np.array([jobs[j].num_gpus for j in allocation.job_ids], dtype=np.int64),
+            np.array([jobs[j].arrival_s for j in allocation.job_ids], dtype=float),
+        ),
+    )
+    return found
+
+
+def row_of(allocation: Allocation) -> Mapping[str, int]:
+    """Job id -> its row in the allocation (derived once per allocation; do not change it)."""
+    rows: Mapping[str, int] = _derived(
+        allocation, "row_of", lambda: {job_id: m for m, job_id in enumerate(allocation.job_ids)}
+    )
+    return rows
+
+
+def _row_rank(allocation: Allocation, num_gpus: np.ndarray, arrival_s: np.ndarray) -> np.ndarray:
+    """The tie-breakers of a job's own (earlier arrival, more GPUs, then job id) as one rank
+    per row: one sort key instead of three. Kept per allocation while the jobs' arrivals and
+    GPU counts are the same (they never change for a job)."""
+    held = _derived(allocation, "row_rank", lambda: [None, None, None])
+    if not (np.array_equal(held[0], arrival_s) and np.array_equal(held[1], num_gpus)):
+        order = np.lexsort((_ranks(allocation.job_ids), -num_gpus, arrival_s))
+        held[:] = [arrival_s.copy(), num_gpus.copy(), _ranks_of(order)]
+    rank: np.ndarray = held[2]
+    return rank
+
+
 def _ranks(names: Sequence[str]) -> np.ndarray:
     """Rank of each name in sorted order (ties cannot occur: names are unique)."""
-    ranks = np.empty(len(names), dtype=np.int64)
-    ranks[np.argsort(np.array(names, dtype=object), kind="stable")] = np.arange(len(names))
+    return _ranks_of(np.argsort(np.array(names, dtype=object), kind="stable"))
+
+
+def _ranks_of(order: np.ndarray) -> np.ndarray:
+    """Rank of each index in `order`, a permutation."""
+    ranks = np.empty(len(order), dtype=np.int64)
+    ranks[order] = np.arange(len(order))
     return ranks

@@ -73,6 +73,8 @@ class Tick(Generic[ObservationT]):
         # Seconds each phase of the last round took (observe, decide, plan, enact, record):
         # measured only, never read by a decision.
         self.timings: dict[str, float] = {}
+        # The last allocation and its job ids as a set (most rounds keep the allocation).
+        self._allocated: tuple[Allocation | None, frozenset[str]] = (None, frozenset())
 
     def run_round(self) -> RoundRecord:
         """Observe the cluster, decide, plan, record the plan, enact it, record the outcome."""
@@ -144,10 +146,9 @@ class Tick(Generic[ObservationT]):
         """The allocation for this round: the last one, unless jobs or GPUs changed (Gavel
         recomputes on arrivals, completions and worker changes, not every round); and the
         jobs set aside because the policy failed with them."""
-        jobs = tuple(sorted(job.key for job in snapshot.jobs))
         if (
             last is not None
-            and tuple(sorted(last.allocation.job_ids)) == jobs
+            and self._same_jobs(last.allocation, snapshot)
             and dict(last.capacity) == dict(capacity)
             and last.allocation.gpu_types == snapshot.gpu_types
         ):
@@ -173,6 +174,13 @@ class Tick(Generic[ObservationT]):
 
         allocation, set_aside = allocate_setting_aside(fitting, solve)
         return allocation, True, set_aside
+
+    def _same_jobs(self, allocation: Allocation, snapshot: ClusterSnapshot) -> bool:
+        """Whether the snapshot's jobs are the allocation's (job ids are unique in both)."""
+        if self._allocated[0] is not allocation:
+            self._allocated = (allocation, frozenset(allocation.job_ids))
+        ids = self._allocated[1]
+        return len(snapshot.jobs) == len(ids) and all(job.key in ids for job in snapshot.jobs)
 
     def _fits(self, job: Job, snapshot: ClusterSnapshot, capacity: Mapping[str, float]) -> bool:
         """Whether some GPU type has `job.num_gpus` free GPUs and can run its class (a class

@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from slurm_hetsched.core.costs import Interval
 from slurm_hetsched.core.model import ClusterSnapshot, GpuSlice, Job, Node, Placement, RoundPlan
@@ -103,12 +104,17 @@ class SimulatedCluster:
         self._next_pending = 0
         self._active: dict[str, _JobState] = {}
         self._placed: set[str] = set()  # active jobs with a placement
-        self._jobs_seen: dict[str, Job] = {}  # job id -> its Job in the last snapshot
+        # Active job -> its Job as the snapshot reports it, kept up to date as jobs arrive,
+        # run and finish (most wait, so most rounds rebuild only the running jobs' Jobs);
+        # the active ids, sorted, until the set changes.
+        self._job_of: dict[str, Job] = {}
+        self._order: tuple[str, ...] | None = None
         self._last_s = clock.now()
         # What ran where and when, one interval per stay on the same GPUs (see _record).
-        self.intervals: list[Interval] = []
-        # (job, node, GPU type) -> index of its latest interval, while it may be continued.
-        self._last_interval: dict[tuple[str, str, str], int] = {}
+        self._intervals: list[Interval | None] = []
+        # Each stay still going, by (job, node, GPU type): [index, count, start, end]; it
+        # becomes an Interval at its index once it ends (the list stays in order of start).
+        self._open: dict[tuple[str, str, str], list[Any]] = {}
         self.finish_times: list[float] = []
 
     # -- ClusterBackend ------------------------------------------------------------------------
@@ -121,13 +127,18 @@ class SimulatedCluster:
             self._next_pending < len(self._pending)
             and self._pending[self._next_pending].trace.arrival_s <= now
         ):
-            job = self._pending[self._next_pending]
-            self._active[job.trace.job_id] = job
+            state = self._pending[self._next_pending]
+            job_id = state.trace.job_id
+            self._active[job_id] = state
+            self._job_of[job_id] = state.trace.to_job(
+                steps_remaining=state.steps_left, restart_s=state.restart_s
+            )
+            self._order = None
             self._next_pending += 1
+        if self._order is None:
+            self._order = tuple(sorted(self._active))
         snapshot = ClusterSnapshot(
-            now_s=now,
-            nodes=self.nodes,
-            jobs=tuple(self._as_job(s) for _, s in sorted(self._active.items())),
+            now_s=now, nodes=self.nodes, jobs=tuple(map(self._job_of.__getitem__, self._order))
         )
         return Observation(snapshot=snapshot, ran_s=ran_s, finished=finished)
 
@@ -227,36 +238,52 @@ class SimulatedCluster:
                 )
                 if held > 0:
                     self._record(job_id, piece, begin, end)
-            if state.end_s is not None:
+            if state.end_s is None:
+                job = self._job_of[job_id]
+                if job.steps_remaining != state.steps_left:
+                    self._job_of[job_id] = job.with_steps_remaining(state.steps_left)
+            else:
                 state.placement = None
                 self._placed.discard(job_id)
                 finished.append(job_id)
                 self.finish_times.append(state.end_s)
         for job_id in finished:
             del self._active[job_id]
-            self._jobs_seen.pop(job_id, None)
-        # Only intervals that end now can be continued next round.
-        self._last_interval = {
-            k: i for k, i in self._last_interval.items() if self.intervals[i].end_s == now
-        }
+            del self._job_of[job_id]
+            self._order = None
+        # Only stays that reach now can go on next round.
+        for key, stay in list(self._open.items()):
+            if stay[3] != now:
+                self._close(key, stay)
         self._last_s = now
         return ran_s, tuple(finished)
 
     def _record(self, job_id: str, piece: GpuSlice, begin: float, end: float) -> None:
-        """Add what ran; a job that went on on the same GPUs from where its last interval
-        ended extends that interval (one per stay, not one per round: the same energy and busy
+        """Add what ran; a job that goes on on the same GPUs from where its stay reached
+        extends that stay (one interval per stay, not one per round: the same energy and busy
         GPUs, a fraction of the memory)."""
         key = (job_id, piece.node, piece.gpu_type)
-        last = self._last_interval.get(key)
-        if last is not None:
-            before = self.intervals[last]
-            if before.end_s == begin and before.count == piece.count:
-                self.intervals[last] = Interval(
-                    job_id, piece.node, piece.gpu_type, piece.count, before.start_s, end
-                )
+        stay = self._open.get(key)
+        if stay is not None:
+            if stay[3] == begin and stay[1] == piece.count:
+                stay[3] = end
                 return
-        self._last_interval[key] = len(self.intervals)
-        self.intervals.append(Interval(job_id, piece.node, piece.gpu_type, piece.count, begin, end))
+            self._close(key, stay)
+        self._open[key] = [len(self._intervals), piece.count, begin, end]
+        self._intervals.append(None)
+
+    def _close(self, key: tuple[str, str, str], stay: list[Any]) -> None:
+        index, count, start, end = stay
+        self._intervals[index] = Interval(key[0], key[1], key[2], count, start, end)
+        del self._open[key]
+
+    @property
+    def intervals(self) -> list[Interval]:
+        """What ran where and when, one interval per stay on the same GPUs, in order of start
+        (stays still going are ended here: a later round starts a new interval)."""
+        for key, stay in list(self._open.items()):
+            self._close(key, stay)
+        return self._intervals  # type: ignore[return-value]  # every stay is closed now
 
     def _rate(self, job: TraceJob, placement: Placement) -> float:
         (gpu_type,) = placement.gpu_types
@@ -268,15 +295,3 @@ class SimulatedCluster:
                 f"{gpu_type}, where the throughput table says it cannot run"
             )
         return rate
-
-    def _as_job(self, state: _JobState) -> Job:
-        """The core's Job for this state; the last one again while nothing it says changed
-        (most active jobs wait, and building and validating a Job per job per round was a
-        tenth of a simulation's time)."""
-        last = self._jobs_seen.get(state.trace.job_id)
-        if last is not None and last.steps_remaining == state.steps_left:
-            if last.restart_s == state.restart_s:
-                return last
-        job = state.trace.to_job(steps_remaining=state.steps_left, restart_s=state.restart_s)
-        self._jobs_seen[state.trace.job_id] = job
-        return job

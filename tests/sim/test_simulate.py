@@ -213,3 +213,42 @@ def test_tick_adapts_the_round_options_to_its_policy() -> None:
     assert options("max_min_fairness", RoundOptions()).shuffle  # agnostic: shuffled types
     assert not options("fifo_perf", RoundOptions()).work_conserving  # FIFO never fills
     assert not options("max_min_fairness_perf", RoundOptions(work_conserving=False)).work_conserving
+
+
+def test_a_stay_on_the_same_gpus_is_one_interval_and_a_move_starts_another() -> None:
+    clock = SimClock()
+    trace = [job("A", "fast-on-v100", 100_000), job("B", "k80-only", 100, arrival_s=10.0)]
+    cluster = SimulatedCluster(trace, TWO_NODES, TABLE, clock, 0.0)
+    on_v100 = Placement("A", (GpuSlice("a", "v100", 1),))
+    on_k80 = Placement("A", (GpuSlice("b", "k80", 1),))
+    first = cluster.observe().snapshot
+    assert [j.key for j in first.jobs] == ["A"]
+    cluster.enact(RoundPlan(round=1, start={"A": on_v100}))
+    for round_, until in ((2, 360.0), (3, 720.0)):
+        clock.sleep_until(until)
+        snapshot = cluster.observe().snapshot
+        # The snapshot reports the steps left as they are now, for every active job.
+        assert snapshot.jobs[0].steps_remaining == pytest.approx(100_000 - 4 * until)
+        assert [j.key for j in snapshot.jobs] == ["A", "B"]
+        assert snapshot.jobs[0].job_class == "fast-on-v100"  # the rest of the job is kept
+        cluster.enact(RoundPlan(round=round_, keep={"A": on_v100}))
+    clock.sleep_until(1080.0)
+    cluster.observe()
+    cluster.enact(RoundPlan(round=4, move={"A": on_k80}))
+    clock.sleep_until(1440.0)
+    cluster.observe()
+    spans = [(i.job_id, i.node, i.start_s, i.end_s) for i in cluster.intervals]
+    # Three rounds on the V100 are one interval; the move opens a second; in order of start.
+    assert spans == [("A", "a", 0.0, 1080.0), ("A", "b", 1080.0, 1440.0)]
+
+
+def test_a_finished_job_leaves_the_snapshot_and_its_interval_ends_at_its_last_step() -> None:
+    clock = SimClock()
+    cluster = SimulatedCluster([job("A", "fast-on-v100", 400)], TWO_NODES, TABLE, clock, 0.0)
+    cluster.observe()
+    cluster.enact(RoundPlan(round=1, start={"A": Placement("A", (GpuSlice("a", "v100", 1),))}))
+    clock.sleep_until(360.0)
+    observed = cluster.observe()
+    assert observed.finished == ("A",)
+    assert observed.snapshot.jobs == ()
+    assert [(i.start_s, i.end_s) for i in cluster.intervals] == [(0.0, 100.0)]

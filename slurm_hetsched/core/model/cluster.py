@@ -7,8 +7,10 @@ turns a `ClusterSnapshot` into the `Problem` a policy solves.
 from __future__ import annotations
 
 import math
+import operator
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
+from typing import Any
 
 import numpy as np
 
@@ -155,6 +157,25 @@ class Job:
                 "of seconds >= 0"
             )
 
+    def with_steps_remaining(self, steps_remaining: float) -> Job:
+        """This job with only `steps_remaining` changed: a simulation's progress, every round
+        for every running job. The other fields were checked when this job was made, so the
+        copy skips __init__ and checks the new value alone."""
+        if not steps_remaining >= 0:
+            raise InvalidProblemError(
+                f"job {self.key!r}: steps_remaining {steps_remaining} is not a number >= 0"
+            )
+        job = object.__new__(Job)
+        assign = object.__setattr__  # (a frozen class's own fields, as set_field does)
+        for name, value in zip(_JOB_FIELDS, _job_values(self), strict=True):
+            assign(job, name, value)
+        assign(job, "steps_remaining", steps_remaining)
+        return job
+
+
+_JOB_FIELDS = tuple(f.name for f in fields(Job))
+_job_values = operator.attrgetter(*_JOB_FIELDS)
+
 
 @dataclass(frozen=True, slots=True)
 class ClusterSnapshot:
@@ -171,7 +192,23 @@ class ClusterSnapshot:
         set_field(self, "gpu_types", tuple(sorted({t for node in self.nodes for t in node.gpus})))
 
     def capacity(self, gpu_types: Iterable[str]) -> np.ndarray:
-        """Free GPUs per type over available nodes, shape (n_types,), in `gpu_types` order."""
-        return np.array(
-            [sum(node.free_gpus(t) for node in self.nodes) for t in gpu_types], dtype=float
-        )
+        """Free GPUs per type over available nodes, shape (n_types,), in `gpu_types` order
+        (read-only)."""
+        types_ = tuple(gpu_types)
+        nodes, by_types = _LAST_CAPACITY
+        if nodes is not self.nodes:  # another cluster (nodes never change once made)
+            by_types = {}
+            _LAST_CAPACITY[:] = [self.nodes, by_types]
+        found: np.ndarray | None = by_types.get(types_)
+        if found is None:
+            found = np.array(
+                [sum(node.free_gpus(t) for node in self.nodes) for t in types_], dtype=float
+            )
+            found.flags.writeable = False
+            by_types[types_] = found
+        return found
+
+
+# The last snapshot's nodes (by identity) and their capacity per tuple of types: a simulation
+# and a controller at rest pass the same nodes round after round.
+_LAST_CAPACITY: list[Any] = [None, {}]

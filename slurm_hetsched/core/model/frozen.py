@@ -7,6 +7,7 @@ a frozen value stays frozen: its arrays cannot be written and its mappings canno
 
 from __future__ import annotations
 
+import math
 import types
 from collections.abc import Mapping
 from typing import Any
@@ -51,7 +52,9 @@ def frozen_array(
         raise InvalidProblemError(f"{what}: not numeric ({exc})") from None
     if array.shape != shape:
         raise InvalidProblemError(f"{what}: shape {array.shape}, expected {shape}")
-    if array.dtype.kind == "f":
+    # One sum finds most arrays clean (a NaN or an infinity makes it non-finite); only then,
+    # or when it overflows, is each value looked at.
+    if array.dtype.kind == "f" and not math.isfinite(array.sum()):
         bad = np.isneginf(array)
         if not allow_nan:
             bad |= np.isnan(array)
