@@ -42,6 +42,7 @@ from slurm_hetsched.core.model import (
     RoundPlan,
     RoundState,
 )
+from slurm_hetsched.core.model.frozen import index_of
 from slurm_hetsched.core.placement import free_gpus, place_jobs, policy_placements, same_gpus
 from slurm_hetsched.core.priorities import advance, compute_priorities
 from slurm_hetsched.core.round_options import (
@@ -195,8 +196,9 @@ def record_round(state: RoundState, ran_s: Mapping[str, float]) -> RoundState:
         InvalidProblemError: for a job not placed in that round, or a negative or non-finite
             number of seconds.
     """
-    received = np.array(state.received_s, copy=True)
-    rows = {job_id: m for m, job_id in enumerate(state.job_ids)}
+    rows = index_of(state.job_ids)
+    at_rows: list[int] = []
+    at_columns: list[int] = []
     for job_id, seconds in ran_s.items():
         placement = state.placements.get(job_id)
         if placement is None:
@@ -209,9 +211,11 @@ def record_round(state: RoundState, ran_s: Mapping[str, float]) -> RoundState:
                 f"job {job_id!r}: ran {seconds} s in round {state.round}; expected a finite "
                 "number of seconds >= 0"
             )
-        column = state.gpu_types.index(placement.gpu_types[0])
-        received[rows[job_id], column] += seconds
-    return dataclasses.replace(state, received_s=received)
+        at_rows.append(rows[job_id])
+        at_columns.append(state.gpu_types.index(placement.gpu_types[0]))
+    received = np.array(state.received_s, copy=True)
+    received[at_rows, at_columns] += list(ran_s.values())  # one entry per job: no repeats
+    return state.with_received_s(received)
 
 
 # ----------------------------------------------------------------------------------------------

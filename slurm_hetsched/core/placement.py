@@ -37,11 +37,13 @@ def place_jobs(
     job gets its GPUs.
     """
     left = {t: dict(per_node) for t, per_node in free.items()}
-    position = {m: i for i, (m, _) in enumerate(chosen)}
-    by_size = sorted(chosen, key=lambda e: (-int(num_gpus[e[0]]), position[e[0]]))
+    gpus = num_gpus.tolist()
+    job_ids, gpu_types = allocation.job_ids, allocation.gpu_types
+    # Largest first, then in selection order (sorted is stable).
+    by_size = sorted(chosen, key=lambda e: -gpus[e[0]])
     placed: dict[str, Placement] = {}
     for m, t in by_size:
-        job_id, gpu_type, count = allocation.job_ids[m], allocation.gpu_types[t], num_gpus[m]
+        job_id, gpu_type, count = job_ids[m], gpu_types[t], gpus[m]
         held = previous.get(job_id)
         if held is None or held.gpu_types != (gpu_type,) or held.num_gpus != count:
             continue
@@ -50,7 +52,7 @@ def place_jobs(
                 _take(left[gpu_type], piece.node, piece.count)
             placed[job_id] = held
     for m, t in by_size:
-        job_id, gpu_type, count = allocation.job_ids[m], allocation.gpu_types[t], int(num_gpus[m])
+        job_id, gpu_type, count = job_ids[m], gpu_types[t], gpus[m]
         if job_id in placed:
             continue
         nodes = left[gpu_type]
@@ -102,6 +104,9 @@ def policy_placements(
 
 def fits(placement: Placement, free: Mapping[str, Mapping[str, int]]) -> bool:
     """Whether every GPU `placement` holds is among `free` (its slices summed per node)."""
+    if len(placement.slices) == 1:  # the usual case: one node
+        (piece,) = placement.slices
+        return free.get(piece.gpu_type, {}).get(piece.node, 0) >= piece.count
     need: dict[tuple[str, str], int] = {}
     for piece in placement.slices:
         key = (piece.gpu_type, piece.node)

@@ -146,8 +146,13 @@ class SimulatedCluster:
         """Place the jobs as planned, from now; stopped jobs lose their GPUs. (The simulated
         cluster is its own record of what it runs, so `observed` adds nothing here.)"""
         now = self.clock.now()
-        placed = plan.placements
-        for job_id, state in self._active.items():
+        placed = {**plan.keep, **plan.move, **plan.start}
+        unknown = sorted(job_id for job_id in placed if job_id not in self._active)
+        if unknown:
+            raise SimulationError(f"round {plan.round} placed jobs that are not active: {unknown}")
+        # Only jobs placed before or now can change (the others wait, unplaced, as they were).
+        for job_id in self._placed.union(placed):
+            state = self._active[job_id]
             new = placed.get(job_id)
             old = state.placement
             if new is None:
@@ -172,9 +177,6 @@ class SimulatedCluster:
             if state.start_s is None:
                 state.start_s = now
             state.has_run = True
-        unknown = sorted(set(placed) - set(self._active))
-        if unknown:
-            raise SimulationError(f"round {plan.round} placed jobs that are not active: {unknown}")
         return EnactReport()
 
     # -- for the driver ------------------------------------------------------------------------
@@ -231,7 +233,7 @@ class SimulatedCluster:
                 if state.steps_left <= _STEPS_EPS:
                     state.steps_left, state.end_s = 0.0, now
             held = end - begin
-            ran_s[job_id] = ran_s.get(job_id, 0.0) + held
+            ran_s[job_id] = held
             for piece in placement.slices:
                 state.gpu_s[piece.gpu_type] = state.gpu_s.get(piece.gpu_type, 0.0) + (
                     held * piece.count

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 import types
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -70,3 +70,22 @@ def frozen_array(
 def set_field(obj: object, name: str, value: object) -> None:
     """Assign a field of a frozen dataclass during its own __post_init__ (normalisation)."""
     object.__setattr__(obj, name, value)
+
+
+# The last few name tuples indexed, by identity (held here, so an id is never reused while
+# cached): the rounds index the same allocation's job ids round after round.
+_INDEXED: list[tuple[tuple[str, ...], Mapping[str, int]]] = []
+
+
+def index_of(names: Sequence[str]) -> Mapping[str, int]:
+    """Name -> its position in `names` (read-only; the same mapping while `names` is the same
+    tuple object)."""
+    for held, index in _INDEXED:
+        if held is names:
+            return index
+    index = types.MappingProxyType({name: i for i, name in enumerate(names)})
+    if not isinstance(names, tuple):
+        return index  # a list could change under the cache
+    _INDEXED.append((names, index))
+    del _INDEXED[:-3]
+    return index

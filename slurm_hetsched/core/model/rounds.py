@@ -6,7 +6,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 import numpy as np
 
@@ -16,6 +16,7 @@ from slurm_hetsched.core.model.frozen import (
     InvalidProblemError,
     frozen_array,
     frozen_mapping,
+    index_of,
     set_field,
 )
 from slurm_hetsched.core.model.placement import Placement
@@ -67,7 +68,7 @@ class RoundState:
             "placed_at_s",
             frozen_mapping({j: t for j, t in self.placed_at_s.items() if j in self.placements}),
         )
-        known = set(self.job_ids)
+        known = index_of(self.job_ids) if self.placements else EMPTY
         for job_id, placement in self.placements.items():
             if job_id not in known or placement.job_id != job_id:
                 raise InvalidProblemError(
@@ -75,11 +76,25 @@ class RoundState:
                     "expected a job of `job_ids` filed under its own id"
                 )
 
+    def with_received_s(self, received_s: np.ndarray) -> RoundState:
+        """This state with `received_s` replaced (checked); the rest was checked when this
+        state was made, so it is copied as it is (the rounds add what ran every round)."""
+        shape = (len(self.job_ids), len(self.gpu_types))
+        received = frozen_array(received_s, float, "received_s", shape)
+        state = object.__new__(RoundState)
+        for name in _STATE_FIELDS:
+            object.__setattr__(state, name, getattr(self, name))
+        object.__setattr__(state, "received_s", received)
+        return state
+
     @classmethod
     def initial(cls, gpu_types: Iterable[str]) -> RoundState:
         """The state before the first round: no jobs, nothing received, nothing placed."""
         types_ = tuple(gpu_types)
         return cls(round=0, job_ids=(), gpu_types=types_, received_s=np.zeros((0, len(types_))))
+
+
+_STATE_FIELDS = tuple(f.name for f in fields(RoundState))
 
 
 @dataclass(frozen=True, slots=True)

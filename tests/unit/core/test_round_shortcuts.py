@@ -8,7 +8,15 @@ import dataclasses
 import numpy as np
 import pytest
 
-from slurm_hetsched.core.model import ClusterSnapshot, InvalidProblemError, Job, Node
+from slurm_hetsched.core.model import (
+    ClusterSnapshot,
+    GpuSlice,
+    InvalidProblemError,
+    Job,
+    Node,
+    Placement,
+    RoundState,
+)
 from slurm_hetsched.core.policies.symmetry import group_jobs
 
 
@@ -70,3 +78,29 @@ def test_capacity_follows_the_nodes_and_cannot_be_written() -> None:
     assert one.capacity(["v100", "k80"]).tolist() == [3.0, 0.0]  # not the last nodes' answer
     with pytest.raises(ValueError):
         one.capacity(["v100"])[0] = 9.0
+
+
+def test_a_state_with_new_received_time_equals_the_state_built_with_it() -> None:
+    placement = Placement("b", (GpuSlice("n1", "v100", 1),))
+    state = RoundState(
+        round=3,
+        job_ids=("a", "b"),
+        gpu_types=("k80", "v100"),
+        received_s=np.zeros((2, 2)),
+        placements={"b": placement},
+        placed_at_s={"b": 10.0},
+        last_reset_s=0.0,
+    )
+    received = np.array([[1.0, 0.0], [0.0, 360.0]])
+    moved_on = state.with_received_s(received)
+    built = dataclasses.replace(state, received_s=received)
+    for name in ("round", "job_ids", "gpu_types", "placements", "placed_at_s", "last_reset_s"):
+        assert getattr(moved_on, name) == getattr(built, name)
+    assert np.array_equal(moved_on.received_s, received)
+    assert np.array_equal(moved_on.deficit_s, built.deficit_s)
+    assert not moved_on.received_s.flags.writeable
+    assert state.received_s.sum() == 0.0  # the original is untouched
+    with pytest.raises(InvalidProblemError, match="received_s"):
+        state.with_received_s(np.zeros((2, 3)))
+    with pytest.raises(InvalidProblemError, match="received_s"):
+        state.with_received_s(np.array([[1.0, np.nan], [0.0, 0.0]]))
