@@ -11,7 +11,7 @@ overhead and the round mechanism's defaults (one queue per GPU type, work conser
 policy is solved only in rounds where jobs arrived or finished; the other rounds reuse the
 allocation, as Gavel does. Target: 1000 jobs in under 60 s on a 2-core machine.
 
-Last run (2 cores): 5000 jobs 66-75 s and 534 MiB (peak resident memory of the whole
+Last run (2 cores): 5000 jobs 64-77 s and 534 MiB (peak resident memory of the whole
 process); 216 s on the same machine before the simulation-speed work (docs/simulation.md,
 "Speed"). The issue's target, under 60 s against 152 s measured on a faster machine, is a
 2.5-fold speed-up; this is 3.2-fold.

@@ -154,8 +154,11 @@ def plan_round(
     stop = tuple(j for j in sorted(last_placements) if j not in placed and j in jobs)
     rows = row_of(allocation)
     column = {t: k for k, t in enumerate(allocation.gpu_types)}
-    by_row = priority.tolist()
-    chosen_priority = {j: by_row[rows[j]][column[p.gpu_types[0]]] for j, p in placed.items()}
+    at = (
+        [rows[j] for j in placed],
+        [column[placement.gpu_types[0]] for placement in placed.values()],
+    )
+    chosen_priority = dict(zip(placed, priority[at].tolist(), strict=True))
     best_priority = priority.max(axis=1, initial=0.0).tolist()
     plan = RoundPlan(
         round=state.round + 1,
