@@ -16,9 +16,10 @@ from collections.abc import Mapping
 
 from slurm_hetsched.core.amortize import MoveCase, hold_reason, move_rates, restart_cost_s
 from slurm_hetsched.core.model import Job, Placement, RoundState
+from slurm_hetsched.core.model.frozen import index_of
 from slurm_hetsched.core.placement import fits, place_jobs, same_gpus, without
 from slurm_hetsched.core.round_options import RoundOptions
-from slurm_hetsched.core.selection import Walk, row_of
+from slurm_hetsched.core.selection import Walk
 from slurm_hetsched.core.throughput import ThroughputTable
 
 
@@ -43,7 +44,7 @@ def hold_running(
     Returns the placements and job -> why it was held.
     """
     allocation = walk.allocation
-    rows = row_of(allocation)
+    rows = index_of(allocation.job_ids)
     kept = {
         j: p
         for j, p in placed.items()

@@ -56,7 +56,6 @@ from slurm_hetsched.core.round_options import (
 from slurm_hetsched.core.selection import (
     Walk,
     gpus_and_arrivals,
-    row_of,
     runnable,
     type_speeds,
     walk_order,
@@ -152,7 +151,7 @@ def plan_round(
         else:
             move[job_id] = placed[job_id]
     stop = tuple(j for j in sorted(last_placements) if j not in placed and j in jobs)
-    rows = row_of(allocation)
+    rows = index_of(allocation.job_ids)
     column = {t: k for k, t in enumerate(allocation.gpu_types)}
     at = (
         [rows[j] for j in placed],

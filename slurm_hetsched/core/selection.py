@@ -266,14 +266,6 @@ def gpus_and_arrivals(
     return found
 
 
-def row_of(allocation: Allocation) -> Mapping[str, int]:
-    """Job id -> its row in the allocation (derived once per allocation; do not change it)."""
-    rows: Mapping[str, int] = _derived(
-        allocation, "row_of", lambda: {job_id: m for m, job_id in enumerate(allocation.job_ids)}
-    )
-    return rows
-
-
 def _row_rank(allocation: Allocation, num_gpus: np.ndarray, arrival_s: np.ndarray) -> np.ndarray:
     """The tie-breakers of a job's own (earlier arrival, more GPUs, then job id) as one rank
     per row: one sort key instead of three. Kept per allocation while the jobs' arrivals and

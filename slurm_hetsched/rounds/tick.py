@@ -23,6 +23,7 @@ from slurm_hetsched.core.mechanism import (
     record_round,
 )
 from slurm_hetsched.core.model import Allocation, ClusterSnapshot, Job, Placement, RoundState
+from slurm_hetsched.core.model.frozen import index_of
 from slurm_hetsched.core.policies.base import Policy, round_options_for
 from slurm_hetsched.core.ports import (
     ClusterBackend,
@@ -73,8 +74,6 @@ class Tick(Generic[ObservationT]):
         # Seconds each phase of the last round took (observe, decide, plan, enact, record):
         # measured only, never read by a decision.
         self.timings: dict[str, float] = {}
-        # The last allocation and its job ids as a set (most rounds keep the allocation).
-        self._allocated: tuple[Allocation | None, frozenset[str]] = (None, frozenset())
 
     def run_round(self) -> RoundRecord:
         """Observe the cluster, decide, plan, record the plan, enact it, record the outcome."""
@@ -148,7 +147,7 @@ class Tick(Generic[ObservationT]):
         jobs set aside because the policy failed with them."""
         if (
             last is not None
-            and self._same_jobs(last.allocation, snapshot)
+            and _same_jobs(last.allocation, snapshot)
             and dict(last.capacity) == dict(capacity)
             and last.allocation.gpu_types == snapshot.gpu_types
         ):
@@ -174,13 +173,6 @@ class Tick(Generic[ObservationT]):
 
         allocation, set_aside = allocate_setting_aside(fitting, solve)
         return allocation, True, set_aside
-
-    def _same_jobs(self, allocation: Allocation, snapshot: ClusterSnapshot) -> bool:
-        """Whether the snapshot's jobs are the allocation's (job ids are unique in both)."""
-        if self._allocated[0] is not allocation:
-            self._allocated = (allocation, frozenset(allocation.job_ids))
-        ids = self._allocated[1]
-        return len(snapshot.jobs) == len(ids) and all(job.key in ids for job in snapshot.jobs)
 
     def _fits(self, job: Job, snapshot: ClusterSnapshot, capacity: Mapping[str, float]) -> bool:
         """Whether some GPU type has `job.num_gpus` free GPUs and can run its class (a class
@@ -268,6 +260,12 @@ def _isolate(
     if others and all(error([other]) is not None for other in others):
         return None  # every job fails alone: the solver, not this job
     return job, f"the policy fails with this job alone ({why[:160]})"
+
+
+def _same_jobs(allocation: Allocation, snapshot: ClusterSnapshot) -> bool:
+    """Whether the snapshot's jobs are the allocation's (job ids are unique in both)."""
+    ids = index_of(allocation.job_ids)  # the same mapping while the allocation stays
+    return len(snapshot.jobs) == len(ids) and all(job.key in ids for job in snapshot.jobs)
 
 
 def _running_now(

@@ -7,7 +7,6 @@ turns a `ClusterSnapshot` into the `Problem` a policy solves.
 from __future__ import annotations
 
 import math
-import operator
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
@@ -17,6 +16,7 @@ import numpy as np
 from slurm_hetsched.core.model.frozen import (
     EMPTY,
     InvalidProblemError,
+    copy_with,
     frozen_mapping,
     set_field,
 )
@@ -165,16 +165,10 @@ class Job:
             raise InvalidProblemError(
                 f"job {self.key!r}: steps_remaining {steps_remaining} is not a number >= 0"
             )
-        job = object.__new__(Job)
-        assign = object.__setattr__  # (a frozen class's own fields, as set_field does)
-        for name, value in zip(_JOB_FIELDS, _job_values(self), strict=True):
-            assign(job, name, value)
-        assign(job, "steps_remaining", steps_remaining)
-        return job
+        return copy_with(self, _JOB_FIELDS, "steps_remaining", steps_remaining)
 
 
 _JOB_FIELDS = tuple(f.name for f in fields(Job))
-_job_values = operator.attrgetter(*_JOB_FIELDS)
 
 
 @dataclass(frozen=True, slots=True)

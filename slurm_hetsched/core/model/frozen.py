@@ -10,11 +10,13 @@ from __future__ import annotations
 import math
 import types
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
 from slurm_hetsched.errors import HetschedError
+
+T = TypeVar("T")
 
 EMPTY: Mapping[str, Any] = types.MappingProxyType({})  # default of every mapping field
 
@@ -70,6 +72,17 @@ def frozen_array(
 def set_field(obj: object, name: str, value: object) -> None:
     """Assign a field of a frozen dataclass during its own __post_init__ (normalisation)."""
     object.__setattr__(obj, name, value)
+
+
+def copy_with(value: T, names: tuple[str, ...], name: str, new: object) -> T:
+    """`value` (a frozen dataclass whose fields are `names`) with field `name` set to `new`,
+    without __init__: the caller has checked `new`, and the rest was checked when `value`
+    was made (the rounds' hot path, where a full rebuild and re-check cost the most)."""
+    copy = object.__new__(type(value))
+    for field_name in names:
+        object.__setattr__(copy, field_name, getattr(value, field_name))
+    object.__setattr__(copy, name, new)
+    return copy
 
 
 # The last few name tuples indexed, by identity (held here, so an id is never reused while

@@ -14,6 +14,7 @@ from slurm_hetsched.core.model.allocation import Allocation
 from slurm_hetsched.core.model.frozen import (
     EMPTY,
     InvalidProblemError,
+    copy_with,
     frozen_array,
     frozen_mapping,
     index_of,
@@ -81,11 +82,7 @@ class RoundState:
         state was made, so it is copied as it is (the rounds add what ran every round)."""
         shape = (len(self.job_ids), len(self.gpu_types))
         received = frozen_array(received_s, float, "received_s", shape)
-        state = object.__new__(RoundState)
-        for name in _STATE_FIELDS:
-            object.__setattr__(state, name, getattr(self, name))
-        object.__setattr__(state, "received_s", received)
-        return state
+        return copy_with(self, _STATE_FIELDS, "received_s", received)
 
     @classmethod
     def initial(cls, gpu_types: Iterable[str]) -> RoundState:
