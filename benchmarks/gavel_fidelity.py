@@ -10,14 +10,21 @@ project, set up as docs/simulation.md ("Checking against Gavel's simulator") des
         --gavel-python ~/gavel-venv/bin/python a.trace b.trace --clusters 4:4:4,8:8:8
 
 For each trace, V100:P100:K80 cluster and policy it runs Gavel's
-`scripts/drivers/simulate_scheduler_with_trace.py` (360 s rounds, seed 0, ECOS) and our
-`hetsched simulate` on the same trace and GPU counts, then compares the average JCT over the
-jobs both completed (Gavel drops a multi-GPU job after 5 rounds with fewer steps left than GPUs;
-the completed counts are printed). `--generate NAME:JOBS:LAM:SEED[:multi]` makes a trace with
-Gavel's own generator first (LAM: mean seconds between arrivals). `--ours-option` passes an
-option to our simulator (repeatable), e.g. `--ours-option=--moves=plain`.
+`scripts/drivers/simulate_scheduler_with_trace.py` (360 s rounds, ECOS) and our
+`hetsched simulate` on the same trace, GPU counts and seed, then compares the average JCT over
+the jobs both completed (Gavel drops a multi-GPU job after 5 rounds with fewer steps left than
+GPUs; the completed counts are printed). The heterogeneity-agnostic policies (max_min_fairness,
+fifo) draw random type orders, so for them each simulator's average is the mean over
+`--seeds` seeds (0, 1, ...; default 5); the others run with seed 0.
 
-Each Gavel run takes 1-15 s on 2 cores; it is deterministic, and so is ours.
+Ours runs in the Gavel-faithful mode (`--gavel-faithful`, with `--faithful-solver`, default
+auto: ECOS where installed) unless `--mode ours`, which runs our own simulation with its
+defaults. `--generate NAME:JOBS:LAM:SEED[:multi]` makes a trace with Gavel's own generator
+first (LAM: mean seconds between arrivals). `--ours-option` passes one more option to our
+simulator (repeatable), e.g. `--mode ours --ours-option=--moves=plain`.
+
+Each Gavel run takes 1-15 s on one core; both simulators are deterministic for a seed.
+`--jobs N` runs N comparisons at once (default 2).
 """
 
 from __future__ import annotations
@@ -30,9 +37,11 @@ import statistics
 import subprocess
 import sys
 import tempfile
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
+AGNOSTIC = ("max_min_fairness", "fifo")
 POLICIES = (
     "max_min_fairness_perf",
     "max_min_fairness",
@@ -65,11 +74,11 @@ class Row:
 
 
 def gavel_jcts(
-    gavel: Path, python: str, trace: Path, policy: str, cluster: str
+    gavel: Path, python: str, trace: Path, policy: str, cluster: str, seed: int = 0
 ) -> dict[str, float]:
     """Job id (trace line, from 0) -> JCT in seconds, of the jobs Gavel's simulator completed."""
     argv = [python, "scripts/drivers/simulate_scheduler_with_trace.py", "-t", str(trace)]
-    argv += ["-p", policy, "-c", cluster, "--seed", "0", "--solver", "ECOS"]
+    argv += ["-p", policy, "-c", cluster, "--seed", str(seed), "--solver", "ECOS"]
     done = subprocess.run(
         argv, cwd=gavel, env={**os.environ, **_ONE_THREAD}, capture_output=True, text=True
     )
@@ -78,13 +87,15 @@ def gavel_jcts(
     return {m.group(1): float(m.group(2)) for m in _JOB_LINE.finditer(done.stdout)}
 
 
-def our_jcts(trace: Path, policy: str, cluster: str, options: list[str]) -> dict[str, float]:
+def our_jcts(
+    trace: Path, policy: str, cluster: str, options: list[str], seed: int = 0
+) -> dict[str, float]:
     """Job id -> JCT of the jobs our simulator completed, with Gavel's GPU counts."""
     counts = ",".join(f"{t}={n}" for t, n in zip(TYPES, cluster.split(":"), strict=True))
     with tempfile.TemporaryDirectory() as folder:
         out = Path(folder) / "result.json"
         argv = [sys.executable, "-m", "slurm_hetsched.cli", "simulate", "--trace", str(trace)]
-        argv += ["--policy", policy, "--cluster", counts, "--seed", "0", "--no-progress"]
+        argv += ["--policy", policy, "--cluster", counts, "--seed", str(seed), "--no-progress"]
         argv += ["--json", str(out), *options]
         done = subprocess.run(argv, capture_output=True, text=True)
         if done.returncode != 0:
@@ -94,20 +105,30 @@ def our_jcts(trace: Path, policy: str, cluster: str, options: list[str]) -> dict
 
 
 def compare(trace: Path, cluster: str, policy: str, args: argparse.Namespace) -> Row:
-    theirs = gavel_jcts(args.gavel, args.gavel_python, trace, policy, cluster)
-    ours = our_jcts(trace, policy, cluster, args.ours_option)
-    both = sorted(set(theirs) & set(ours))
-    if not both:
-        raise SystemExit(f"{trace.name} {policy} {cluster}: no job completed in both simulators")
+    """One cell: each simulator's average JCT over the jobs both completed, averaged over the
+    seeds for the agnostic policies (completed counts: of seed 0)."""
+    seeds = range(args.seeds) if policy in AGNOSTIC else range(1)
+    options = ["--gavel-faithful", "--faithful-solver", args.faithful_solver]
+    options = [*(options if args.mode == "faithful" else []), *args.ours_option]
+    ours_means, gavel_means, counts = [], [], None
+    for seed in seeds:
+        theirs = gavel_jcts(args.gavel, args.gavel_python, trace, policy, cluster, seed)
+        ours = our_jcts(trace, policy, cluster, options, seed)
+        both = sorted(set(theirs) & set(ours))
+        if not both:
+            raise SystemExit(f"{trace.name} {policy} {cluster}: no job completed in both")
+        ours_means.append(statistics.mean(ours[j] for j in both))
+        gavel_means.append(statistics.mean(theirs[j] for j in both))
+        counts = counts or (len(ours), len(theirs), len(both))
+    assert counts is not None
+    label = f"{policy} ({len(seeds)} seeds)" if len(seeds) > 1 else policy
     return Row(
         trace.name,
         cluster,
-        policy,
-        len(ours),
-        len(theirs),
-        len(both),
-        statistics.mean(ours[j] for j in both),
-        statistics.mean(theirs[j] for j in both),
+        label,
+        *counts,
+        statistics.mean(ours_means),
+        statistics.mean(gavel_means),
     )
 
 
@@ -132,11 +153,11 @@ def generate(spec: str, args: argparse.Namespace) -> Path:
 
 
 def print_table(rows: list[Row]) -> None:
-    print(f"{'trace':<16} {'cluster':<8} {'policy':<28} {'done ours/gavel/both':>21} "
+    print(f"{'trace':<16} {'cluster':<8} {'policy':<38} {'done ours/gavel/both':>21} "
           f"{'ours s':>10} {'gavel s':>10} {'dev':>7}")  # fmt: skip
     for r in rows:
         done = f"{r.ours_done}/{r.gavel_done}/{r.both}"
-        print(f"{r.trace:<16} {r.cluster:<8} {r.policy:<28} {done:>21} {r.ours_s:10.0f} "
+        print(f"{r.trace:<16} {r.cluster:<8} {r.policy:<38} {done:>21} {r.ours_s:10.0f} "
               f"{r.gavel_s:10.0f} {100 * r.deviation:+6.1f}%")  # fmt: skip
     deviations = [abs(r.deviation) for r in rows]
     within = sum(d <= 0.03 for d in deviations)
@@ -157,21 +178,35 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--clusters", default="4:4:4", help="V100:P100:K80 counts, comma-separated")
     parser.add_argument("--policies", default=",".join(POLICIES))
+    parser.add_argument("--mode", choices=("faithful", "ours"), default="faithful")
+    parser.add_argument("--faithful-solver", choices=("auto", "ECOS", "CLARABEL"), default="auto")
+    parser.add_argument("--seeds", type=int, default=5, help="seeds of the agnostic policies")
+    parser.add_argument("--jobs", type=int, default=2, help="comparisons run at once")
     parser.add_argument("--ours-option", action="append", default=[], help="an option of ours")
     args = parser.parse_args(argv)
+    if args.seeds < 1 or args.jobs < 1:
+        parser.error("--seeds and --jobs: expected at least 1")
     if not (args.gavel / "scripts/drivers/simulate_scheduler_with_trace.py").is_file():
         parser.error(f"--gavel {args.gavel}: not Gavel's scheduler/ folder (no scripts/drivers)")
     args.traces_dir.mkdir(parents=True, exist_ok=True)
     traces = [*args.traces, *(generate(spec, args) for spec in args.generate)]
     if not traces:
         parser.error("give trace files or --generate")
-    rows = []
-    for trace in traces:
-        for cluster in args.clusters.split(","):
-            for policy in args.policies.split(","):
-                rows.append(compare(trace.resolve(), cluster, policy, args))
-                print(f"  {trace.name} {cluster} {policy}: {100 * rows[-1].deviation:+.1f}%",
-                      file=sys.stderr, flush=True)  # fmt: skip
+    cells = [
+        (trace.resolve(), cluster, policy)
+        for trace in traces
+        for cluster in args.clusters.split(",")
+        for policy in args.policies.split(",")
+    ]
+
+    def one(cell: tuple[Path, str, str]) -> Row:
+        row = compare(*cell, args)
+        print(f"  {row.trace} {row.cluster} {row.policy}: {100 * row.deviation:+.1f}%",
+              file=sys.stderr, flush=True)  # fmt: skip
+        return row
+
+    with ThreadPoolExecutor(args.jobs) as pool:
+        rows = list(pool.map(one, cells))
     print_table(rows)
     return 0
 

@@ -12,6 +12,7 @@ from slurm_hetsched.cli.values import (
     positive_seconds,
 )
 from slurm_hetsched.errors import ConfigError
+from slurm_hetsched.sim.faithful.choices import CHOICES, FaithfulChoices
 
 
 def add_simulate(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -113,6 +114,28 @@ def add_simulate(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
         help="leave GPUs the allocation does not use idle instead of filling them with jobs "
         "that can run there (FIFO and cost policies never fill)",
     )
+    p.add_argument(
+        "--gavel-faithful",
+        action="store_true",
+        help="replay the trace as Gavel's own simulator does (its rounds, resets, queues and "
+        "policy formulations; no restart costs, no nodes); docs/simulation.md, "
+        '"Gavel-faithful mode"',
+    )
+    p.add_argument(
+        "--faithful-solver",
+        choices=("auto", "ECOS", "CLARABEL"),
+        default="auto",
+        help="with --gavel-faithful: the interior-point solver; auto (default): ECOS, "
+        "Gavel's own, where installed (GPL, `pip install ecos`), else CLARABEL (bundled "
+        "with cvxpy)",
+    )
+    p.add_argument(
+        "--faithful-except",
+        metavar="NAME,...",
+        default="",
+        help="with --gavel-faithful: turn these of Gavel's behaviours back to ours, to measure "
+        "what each does: " + ", ".join(CHOICES),
+    )
     p.add_argument("--seed", type=int, default=0, help="seed of random policies (default: 0)")
     p.add_argument("--throughputs", type=Path, metavar="FILE", help="throughput table file")
     p.add_argument(
@@ -147,6 +170,8 @@ def simulate_command(args: argparse.Namespace) -> int:
             "0 < X <= 1 (e.g. 0.1)"
         )
     by_class = read_restart_costs(args.restart_costs) if args.restart_costs else {}
+    if args.faithful_except and not args.gavel_faithful:
+        raise ConfigError("--faithful-except: only with --gavel-faithful")
 
     policies = (
         tuple(p.strip() for p in args.compare.split(",") if p.strip())
@@ -179,6 +204,8 @@ def simulate_command(args: argparse.Namespace) -> int:
         plots_dir=args.plots,
         trace_format=args.format,
         progress=not args.no_progress,
+        faithful_solver=args.faithful_solver if args.gavel_faithful else None,
+        faithful_choices=FaithfulChoices.except_for(args.faithful_except),
     )
     run_simulate(request)
     return 0

@@ -18,7 +18,10 @@ from slurm_hetsched.core.policies import POLICIES, get_policy
 from slurm_hetsched.core.policies.base import Policy
 from slurm_hetsched.core.problem import SiteData
 from slurm_hetsched.errors import ConfigError
-from slurm_hetsched.sim.layout import DEFAULT_GPUS_PER_SERVER, cluster_nodes
+from slurm_hetsched.sim.faithful.catalog import faithful_form
+from slurm_hetsched.sim.faithful.choices import GAVEL, FaithfulChoices
+from slurm_hetsched.sim.faithful.loop import faithful_result
+from slurm_hetsched.sim.layout import DEFAULT_GPUS_PER_SERVER, cluster_nodes, gpu_counts
 from slurm_hetsched.sim.results import SimResult
 from slurm_hetsched.sim.run import SimSettings, simulate
 from slurm_hetsched.sim.traces import SHIPPED_TRACES, Trace, read_shipped_trace, read_trace
@@ -42,6 +45,9 @@ class SimulateRequest:
         plots_dir: write PNG plots here.
         trace_format: the trace's format if its extension does not say.
         progress: show a progress bar on long runs (standard error, terminals only).
+        faithful_solver: replay the trace as Gavel's simulator does, with this interior-point
+            solver (sim/faithful); None: our simulation.
+        faithful_choices: with `faithful_solver`, the choices of Gavel's to keep.
     """
 
     trace: str
@@ -55,6 +61,8 @@ class SimulateRequest:
     plots_dir: Path | None = None
     trace_format: str | None = None
     progress: bool = True
+    faithful_solver: str | None = None
+    faithful_choices: FaithfulChoices = GAVEL
 
 
 def run_simulate(request: SimulateRequest, out: TextIO | None = None) -> list[SimResult]:
@@ -69,8 +77,11 @@ def run_simulate(request: SimulateRequest, out: TextIO | None = None) -> list[Si
     out = sys.stdout if out is None else out
     if not request.policies:
         raise ConfigError("no policy given; name one with --policy or several with --compare")
+    forms = {}
     for name in request.policies:
         _check_simulable(name)
+        if request.faithful_solver is not None:
+            forms[name] = faithful_form(name, request.faithful_solver, request.settings.seed)
     _check_outputs(request)
     table = (
         data_files.shipped_throughputs()
@@ -81,7 +92,29 @@ def run_simulate(request: SimulateRequest, out: TextIO | None = None) -> list[Si
     trace, trace_name = _load_trace(request, site)
     nodes = cluster_nodes(request.cluster, request.gpus_per_server)
     results = []
-    for name in request.policies:
+    if forms:
+        solver = next(iter(forms.values())).solver
+        ours = request.faithful_choices.ours
+        if request.json_out != "-":
+            print(
+                f"Gavel-faithful mode (solver {solver}"
+                + (f"; ours: {', '.join(ours)})" if ours else ")"),
+                file=out,
+            )
+        counts = gpu_counts(cluster_nodes(request.cluster, request.gpus_per_server))
+        for form in forms.values():
+            results.append(
+                faithful_result(
+                    trace,
+                    counts,
+                    form,
+                    site,
+                    request.settings,
+                    trace_name,
+                    request.faithful_choices,
+                )
+            )
+    for name in request.policies if not forms else ():
         policy = _policy(name, request.policy_options, request.settings.seed)
         with _progress(request.progress, name, len(trace)) as bar:
             results.append(

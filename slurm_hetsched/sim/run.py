@@ -12,6 +12,7 @@ import math
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -153,26 +154,44 @@ def simulate(
         else:
             run.idle_rounds = 0
         clock.sleep_until(round_start + settings.round_s)
-    return _result(trace, nodes, policy.name, site, settings, cluster, run, trace_name, started)
+    outcome = Outcome(cluster.job_states(), cluster.intervals, run.rounds)
+    return sim_result(trace, nodes, policy.name, site, settings, outcome, trace_name, started)
 
 
-def _result(
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """What a run leaves behind for its result.
+
+    Attributes:
+        states: job id -> its state at the end (`start_s`, `end_s`, `steps_left`,
+            `preemptions`, `moves`, `restart_s`, `restart_gpu_s`, `gpu_s`).
+        intervals: what ran where and when.
+        rounds: rounds simulated.
+    """
+
+    states: Mapping[str, Any]
+    intervals: Sequence[Interval]
+    rounds: int
+
+
+def sim_result(
     trace: Sequence[TraceJob],
     nodes: Sequence[Node],
     policy: str,
     site: SiteData,
     settings: SimSettings,
-    cluster: SimulatedCluster,
-    run: _Run,
+    outcome: Outcome,
     trace_name: str,
     started: float,
 ) -> SimResult:
+    """The `SimResult` of a finished run: per-job records, energy, busy GPUs, totals."""
     node_gpus = {node.name: dict(node.gpus) for node in nodes}
     counts = gpu_counts(tuple(nodes))
-    states = cluster.job_states()
-    makespan = max(cluster.finish_times, default=0.0)
+    states = outcome.states
+    ends = [s.end_s for s in states.values() if s.end_s is not None]
+    makespan = max(ends, default=0.0)
     model = EnergyModel.from_catalog(site.gpu_types, site.energy, counts)
-    per_job = job_energy_kwh(model, cluster.intervals, node_gpus) if model else {}
+    per_job = job_energy_kwh(model, outcome.intervals, node_gpus) if model else {}
     due = np.array([math.nan if j.due_s is None else j.due_s for j in trace])
     end = np.array(
         [math.nan if states[j.job_id].end_s is None else states[j.job_id].end_s for j in trace]
@@ -203,11 +222,11 @@ def _result(
         for i, job in enumerate(trace)
     )
     jcts = [r.jct_s for r in records if r.jct_s is not None]
-    busy_gpu_s = sum(iv.count * (iv.end_s - iv.start_s) for iv in cluster.intervals)
+    busy_gpu_s = sum(iv.count * (iv.end_s - iv.start_s) for iv in outcome.intervals)
     total_gpus = sum(counts.values())
     energy = (
         window_energy_kwh(
-            model, cluster.intervals, node_gpus, 0.0, makespan, idle_nodes_on=settings.idle_nodes_on
+            model, outcome.intervals, node_gpus, 0.0, makespan, idle_nodes_on=settings.idle_nodes_on
         )
         if model
         else math.nan
@@ -219,8 +238,8 @@ def _result(
         round_s=settings.round_s,
         seed=settings.seed,
         jobs=records,
-        busy=busy_samples(cluster.intervals, counts),
-        rounds=run.rounds,
+        busy=busy_samples(outcome.intervals, counts),
+        rounds=outcome.rounds,
         wall_s=time.perf_counter() - started,
         avg_jct_s=float(np.mean(jcts)) if jcts else math.nan,
         p99_jct_s=float(np.percentile(jcts, 99)) if jcts else math.nan,

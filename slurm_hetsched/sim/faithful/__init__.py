@@ -1,0 +1,1 @@
+"""The Gavel-faithful simulation mode (docs/simulation.md, "Gavel-faithful mode")."""
