@@ -24,12 +24,14 @@ first (LAM: mean seconds between arrivals). `--ours-option` passes one more opti
 simulator (repeatable), e.g. `--mode ours --ours-option=--moves=plain`.
 
 Each Gavel run takes 1-15 s on one core; both simulators are deterministic for a seed.
-`--jobs N` runs N comparisons at once (default 2).
+`--jobs N` runs N comparisons at once (default 2); `--cache DIR` keeps Gavel's results, so a
+second run (another mode or solver of ours) runs only our side.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import re
@@ -74,9 +76,25 @@ class Row:
 
 
 def gavel_jcts(
-    gavel: Path, python: str, trace: Path, policy: str, cluster: str, seed: int = 0
+    gavel: Path,
+    python: str,
+    trace: Path,
+    policy: str,
+    cluster: str,
+    seed: int = 0,
+    cache: Path | None = None,
 ) -> dict[str, float]:
-    """Job id (trace line, from 0) -> JCT in seconds, of the jobs Gavel's simulator completed."""
+    """Job id (trace line, from 0) -> JCT in seconds, of the jobs Gavel's simulator completed
+    (kept in `cache`, by the trace's content, policy, cluster and seed: Gavel's runs are
+    deterministic)."""
+    if cache is not None:
+        digest = hashlib.sha256(trace.read_bytes()).hexdigest()[:16]
+        saved = cache / f"{digest}-{policy}-{cluster.replace(':', '_')}-{seed}.json"
+        if saved.is_file():
+            return {k: float(v) for k, v in json.loads(saved.read_text()).items()}
+        jcts = gavel_jcts(gavel, python, trace, policy, cluster, seed)
+        saved.write_text(json.dumps(jcts))
+        return jcts
     argv = [python, "scripts/drivers/simulate_scheduler_with_trace.py", "-t", str(trace)]
     argv += ["-p", policy, "-c", cluster, "--seed", str(seed), "--solver", "ECOS"]
     done = subprocess.run(
@@ -112,7 +130,7 @@ def compare(trace: Path, cluster: str, policy: str, args: argparse.Namespace) ->
     options = [*(options if args.mode == "faithful" else []), *args.ours_option]
     ours_means, gavel_means, counts = [], [], None
     for seed in seeds:
-        theirs = gavel_jcts(args.gavel, args.gavel_python, trace, policy, cluster, seed)
+        theirs = gavel_jcts(args.gavel, args.gavel_python, trace, policy, cluster, seed, args.cache)
         ours = our_jcts(trace, policy, cluster, options, seed)
         both = sorted(set(theirs) & set(ours))
         if not both:
@@ -182,6 +200,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--faithful-solver", choices=("auto", "ECOS", "CLARABEL"), default="auto")
     parser.add_argument("--seeds", type=int, default=5, help="seeds of the agnostic policies")
     parser.add_argument("--jobs", type=int, default=2, help="comparisons run at once")
+    parser.add_argument("--cache", type=Path, help="keep Gavel's results in this folder")
     parser.add_argument("--ours-option", action="append", default=[], help="an option of ours")
     args = parser.parse_args(argv)
     if args.seeds < 1 or args.jobs < 1:
@@ -189,6 +208,8 @@ def main(argv: list[str] | None = None) -> int:
     if not (args.gavel / "scripts/drivers/simulate_scheduler_with_trace.py").is_file():
         parser.error(f"--gavel {args.gavel}: not Gavel's scheduler/ folder (no scripts/drivers)")
     args.traces_dir.mkdir(parents=True, exist_ok=True)
+    if args.cache is not None:
+        args.cache.mkdir(parents=True, exist_ok=True)
     traces = [*args.traces, *(generate(spec, args) for spec in args.generate)]
     if not traces:
         parser.error("give trace files or --generate")

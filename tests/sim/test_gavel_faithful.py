@@ -13,6 +13,7 @@ from slurm_hetsched.core.problem import SiteData
 from slurm_hetsched.core.throughput import ThroughputTable
 from slurm_hetsched.data_files import shipped_gpu_types, shipped_site_energy
 from slurm_hetsched.errors import ConfigError
+from slurm_hetsched.sim.cluster import SimulationError
 from slurm_hetsched.sim.faithful import catalog
 from slurm_hetsched.sim.faithful.catalog import faithful_form
 from slurm_hetsched.sim.faithful.choices import FaithfulChoices
@@ -267,3 +268,23 @@ def test_faithful_except_names_are_checked() -> None:
     assert FaithfulChoices.except_for("").ours == ()
     with pytest.raises(ConfigError, match=r"--faithful-except 'speed': expected names of"):
         FaithfulChoices.except_for("walk,speed")
+
+
+def test_a_job_slower_than_a_step_a_round_is_dropped_or_refused() -> None:
+    # 0.7 steps/s and 1 s rounds: int(0.7) = 0 steps, every round fails, the job is dropped
+    # (Gavel); without drops it could never progress, which is an error, not a hang.
+    trace = [job("a", "odd", 10)]
+    short = SimSettings(round_s=1.0)
+    result = faithful_result(
+        trace, {"v100": 1}, faithful_form("fifo_perf", "CLARABEL"), SITE, short
+    )
+    assert result.completed == 0
+    with pytest.raises(SimulationError, match="not one whole step in a 1 s round"):
+        faithful_result(
+            trace,
+            {"v100": 1},
+            faithful_form("fifo_perf", "CLARABEL"),
+            SITE,
+            short,
+            choices=FaithfulChoices.except_for("drops"),
+        )

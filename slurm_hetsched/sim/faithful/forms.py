@@ -129,9 +129,13 @@ def base_constraints(x: cp.Variable, demand: Demand) -> list[cp.Constraint]:
 
 def equal_share_rate(demand: Demand, throughput: np.ndarray) -> np.ndarray:
     """(n_jobs,) each job's steps/s on the proportional share Gavel normalizes max-min by:
-    of every type, its GPUs over all GPUs (the same for every job, whatever its GPU count)."""
-    share = demand.capacity / demand.capacity.sum()
-    return np.asarray(throughput @ share)
+    of every type, its GPUs over all GPUs (the same for every job, whatever its GPU count).
+    Computed in Gavel's order of operations, so the program's coefficients are the same
+    floating-point numbers (ties in the interior point then resolve alike)."""
+    n = len(demand.job_ids)
+    x = np.tile(demand.capacity / n, (n, 1))
+    x = x / x.sum(axis=1).max()
+    return np.asarray(np.sum(throughput * x, axis=1))
 
 
 def isolated_rate(demand: Demand) -> np.ndarray:
@@ -148,8 +152,8 @@ class MaxMinFairnessPerf(Form):
 
     def _allocate(self, demand: Demand) -> np.ndarray:
         throughput = self._throughput(demand)
-        normalizer = equal_share_rate(demand, throughput) * demand.weight
-        a = throughput / normalizer[:, None] * demand.num_gpus[:, None]
+        inverse = (1.0 / demand.weight) * (1.0 / equal_share_rate(demand, throughput))
+        a = (throughput * inverse[:, None]) * demand.num_gpus[:, None]
         x = cp.Variable(a.shape)
         objective = cp.Maximize(cp.min(cp.sum(cp.multiply(a, x), axis=1)))
         solved = self._solve(objective, base_constraints(x, demand), x)

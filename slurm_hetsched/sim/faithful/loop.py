@@ -2,20 +2,23 @@
 (`hetsched simulate --gavel-faithful`; docs/simulation.md, "Gavel-faithful mode").
 
 What differs from our simulation (sim/run.py), each Gavel's behaviour (scheduler.py at
-c4fa400), each with its effect measured in docs/simulation.md:
+c4fa400), each revertible to ours by its name in `FaithfulChoices` (choices.py) and measured
+in docs/simulation.md:
 
-- A round runs whole steps: a job runs int(steps/s x round) steps (or what it has left) and
-  the round ends when the slowest job of the round has run them, so rounds are a little
-  shorter than `round_s` and a round whose jobs all finish early is shorter still.
-- A job's round on several GPUs fails when it has fewer steps left than GPUs (each GPU gets
-  steps // GPUs); after 5 failures in a row the job is dropped (never completed).
-- The time a round adds to a job's share is counted from the end of the last round that ran
-  anything, so a round after the cluster stood idle counts the idle time too.
-- When nothing runs, the clock jumps to the next arrival (a waiting job waits for it); when
-  nothing is left to arrive, the next reset may happen at once.
+- steps: a round runs whole steps: a job runs int(steps/s x round) steps (or what it has
+  left) and the round ends when the slowest job of the round has run them, so rounds are a
+  little shorter than `round_s`, and a round whose jobs all finish early shorter still.
+- drops: a job's round on several GPUs fails when it has fewer steps left than GPUs (each GPU
+  gets steps // GPUs); after 5 failures in a row the job is dropped (never completed).
+- shares: the time a round adds to a job's share counts from the end of the last round that
+  ran anything, so a round after the cluster stood idle counts the idle time too.
+- idle: when nothing runs, the clock jumps to the next arrival (a waiting job waits for it);
+  when nothing is left to arrive, the next reset may happen at once.
+- shuffle: the agnostic policies' type order comes from Gavel's generator.
 - No restart costs, no nodes: a job runs at its consolidated rate wherever it is.
-- The allocation, the resets, the priorities and the walk are sim/faithful/rounds.py; the
-  policies are sim/faithful/forms.py.
+
+The allocation, the resets, the priorities and the walk are rounds.py; the policies forms.py
+and fifo.py.
 """
 
 from __future__ import annotations
@@ -249,6 +252,14 @@ class _Replay:
         steps_per_s = self.rate[(job.trace.job_id, gpu_type)]
         per_round = steps_per_s * self.round_s
         steps = min(int(per_round) if self.choices.steps else per_round, job.steps_left)
+        if steps <= 0 and not self.choices.drops:
+            # Gavel fails such a round and drops the job after 5; without drops it would
+            # never progress and the clock would stand still.
+            raise SimulationError(
+                f"job {job.trace.job_id!r} runs {steps_per_s:g} steps/s on {gpu_type}: not one "
+                f"whole step in a {self.round_s:g} s round; use a longer --round, or keep "
+                "Gavel's drops (leave `drops` out of --faithful-except)"
+            )
         if job.start_s is None:
             job.start_s = self.now
         if job.last_type is not None and job.last_type != gpu_type:
