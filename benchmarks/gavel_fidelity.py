@@ -43,16 +43,9 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
+from slurm_hetsched.sim.faithful.forms import FAITHFUL_POLICIES as POLICIES
+
 AGNOSTIC = ("max_min_fairness", "fifo")
-POLICIES = (
-    "max_min_fairness_perf",
-    "max_min_fairness",
-    "fifo",
-    "fifo_perf",
-    "finish_time_fairness_perf",
-    "min_total_duration_perf",
-    "max_sum_throughput_perf",
-)
 TYPES = ("v100", "p100", "k80")  # the order of Gavel's -c V100:P100:K80
 _JOB_LINE = re.compile(r"^Job (\d+): ([0-9.]+)$", re.MULTILINE)
 # Gavel's scripts read their BLAS thread counts from here; one thread keeps runs comparable.
