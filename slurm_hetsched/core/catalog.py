@@ -16,7 +16,18 @@ from slurm_hetsched.core.costs import SiteEnergy
 from slurm_hetsched.core.model import GpuType
 from slurm_hetsched.errors import ConfigError
 
-_FIELDS = {"price_per_hour", "busy_w", "idle_w"}
+# Per-type keys, in GpuType's order: price, power, and the datasheet figures that predict
+# training speed (core/throughput/estimate.py).
+_FIELDS_IN_ORDER = (
+    "price_per_hour",
+    "busy_w",
+    "idle_w",
+    "fp16_tflops",
+    "fp32_tflops",
+    "mem_bw_gbs",
+    "mem_gib",
+)
+_FIELDS = set(_FIELDS_IN_ORDER)
 SITE_FIELDS = {"electricity_per_kwh", "pue", "node_base_w"}
 
 
@@ -48,7 +59,8 @@ def parse_site_energy(
 
 
 def parse_gpu_types(data: Mapping[str, Any], where: str = "gpu_types") -> dict[str, GpuType]:
-    """{type: {"price_per_hour": x, "busy_w": w, "idle_w": w}} -> {type: GpuType}.
+    """{type: {"price_per_hour": x, "busy_w": w, "idle_w": w, "fp16_tflops": f, ...}} ->
+    {type: GpuType} (every key optional; the keys are GpuType's fields).
 
     Top-level numbers named in SITE_FIELDS are site keys (see parse_site_energy), skipped here.
 
@@ -76,7 +88,7 @@ def parse_gpu_types(data: Mapping[str, Any], where: str = "gpu_types") -> dict[s
             )
         values = {
             key: None if key not in fields else _number(fields[key], f"{where}: [{name}] {key}")
-            for key in ("price_per_hour", "busy_w", "idle_w")
+            for key in _FIELDS_IN_ORDER
         }
         busy, idle = values["busy_w"], values["idle_w"]
         if busy is not None and idle is not None and idle > busy:
@@ -98,9 +110,7 @@ def merge_gpu_types(
 
         merged[name] = GpuType(
             name,
-            pick(override.price_per_hour, old.price_per_hour),
-            pick(override.busy_w, old.busy_w),
-            pick(override.idle_w, old.idle_w),
+            *(pick(getattr(override, key), getattr(old, key)) for key in _FIELDS_IN_ORDER),
         )
     return merged
 

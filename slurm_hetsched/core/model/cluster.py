@@ -32,12 +32,22 @@ class GpuType:
             the site gave none.
         busy_w: watts of one GPU running a job, for energy costs (core/costs.py); None if none.
         idle_w: watts of one idle, powered GPU; None if none.
+        fp16_tflops: datasheet dense FP16/BF16 tensor throughput (TFLOPS, no sparsity); None
+            if none (a type without fast half precision). Speed estimates
+            (core/throughput/estimate.py) read it and the next three.
+        fp32_tflops: datasheet FP32 throughput (TFLOPS); None if none.
+        mem_bw_gbs: datasheet memory bandwidth (GB/s); None if none.
+        mem_gib: memory size (GiB, as the datasheet's GB); None if none.
     """
 
     name: str
     price_per_hour: float | None = None
     busy_w: float | None = None
     idle_w: float | None = None
+    fp16_tflops: float | None = None
+    fp32_tflops: float | None = None
+    mem_bw_gbs: float | None = None
+    mem_gib: float | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -33,7 +33,8 @@ def test_any_type_name_is_data(tmp_path: Path) -> None:
         (
             {"v100": {"price": 1.0}},
             "unknown key\\(s\\) \\['price'\\]; valid keys are "
-            "\\['busy_w', 'idle_w', 'price_per_hour'\\]",
+            "\\['busy_w', 'fp16_tflops', 'fp32_tflops', 'idle_w', 'mem_bw_gbs', 'mem_gib', "
+            "'price_per_hour'\\]",
         ),
         ({"v100": {"price_per_hour": -1}}, "price_per_hour -1"),
         ({"v100": {"price_per_hour": "cheap"}}, "price_per_hour 'cheap'"),
@@ -47,9 +48,12 @@ def test_bad_entries_are_named(data: dict[str, object], message: str) -> None:
 
 def test_overrides_replace_only_given_fields() -> None:
     merged = merge_gpu_types(
-        shipped_gpu_types(), {"v100": GpuType("v100", 2.0), "a100": GpuType("a100", None)}
+        shipped_gpu_types(),
+        {"v100": GpuType("v100", 2.0, mem_gib=32.0), "a100": GpuType("a100", None)},
     )
     assert merged["v100"].price_per_hour == 2.0
+    assert merged["v100"].mem_gib == 32.0  # the 32 GB part
+    assert merged["v100"].mem_bw_gbs == 900.0  # kept from the shipped file
     assert merged["k80"].price_per_hour == 0.135
     assert merged["a100"].price_per_hour is None
 
@@ -57,3 +61,12 @@ def test_overrides_replace_only_given_fields() -> None:
 def test_unreadable_file_is_a_config_error(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="cannot read GPU types"):
         load_gpu_types(tmp_path / "missing.toml")
+
+
+def test_every_type_the_estimates_need_has_its_speed_figures() -> None:
+    # The types the estimator must know (docs/throughput.md, "Estimates for unprofiled types").
+    catalog = shipped_gpu_types()
+    for name in ("a100", "h100", "h200", "l40s", "l4", "a10", "t4", "v100", "p100", "k80"):
+        entry = catalog[name]
+        assert entry.fp32_tflops and entry.mem_bw_gbs and entry.mem_gib, name
+        assert entry.fp16_tflops is None or entry.fp16_tflops > entry.fp32_tflops, name
