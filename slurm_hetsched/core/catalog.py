@@ -16,7 +16,7 @@ from slurm_hetsched.core.costs import SiteEnergy
 from slurm_hetsched.core.model import GpuType
 from slurm_hetsched.errors import ConfigError
 
-# Per-type keys, in GpuType's order: price, power, and the datasheet figures that predict
+# Per-type keys (GpuType's fields): price, power, and the datasheet figures that predict
 # training speed (core/throughput/estimate.py).
 _FIELDS_IN_ORDER = (
     "price_per_hour",
@@ -110,7 +110,7 @@ def merge_gpu_types(
 
         merged[name] = GpuType(
             name,
-            *(pick(getattr(override, key), getattr(old, key)) for key in _FIELDS_IN_ORDER),
+            **{key: pick(getattr(override, key), getattr(old, key)) for key in _FIELDS_IN_ORDER},
         )
     return merged
 

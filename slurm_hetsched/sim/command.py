@@ -20,6 +20,7 @@ from slurm_hetsched.core.problem import SiteData
 from slurm_hetsched.errors import ConfigError
 from slurm_hetsched.sim.faithful.catalog import faithful_form
 from slurm_hetsched.sim.faithful.choices import GAVEL, FaithfulChoices
+from slurm_hetsched.sim.faithful.forms import Form
 from slurm_hetsched.sim.faithful.loop import faithful_result
 from slurm_hetsched.sim.layout import DEFAULT_GPUS_PER_SERVER, cluster_nodes, gpu_counts
 from slurm_hetsched.sim.results import SimResult
@@ -77,7 +78,7 @@ def run_simulate(request: SimulateRequest, out: TextIO | None = None) -> list[Si
     out = sys.stdout if out is None else out
     if not request.policies:
         raise ConfigError("no policy given; name one with --policy or several with --compare")
-    forms = {}
+    forms: dict[str, Form] = {}
     for name in request.policies:
         _check_simulable(name)
         if request.faithful_solver is not None:
@@ -91,43 +92,24 @@ def run_simulate(request: SimulateRequest, out: TextIO | None = None) -> list[Si
     site = SiteData(table, data_files.shipped_gpu_types(), data_files.shipped_site_energy())
     trace, trace_name = _load_trace(request, site)
     nodes = cluster_nodes(request.cluster, request.gpus_per_server)
-    results = []
     if forms:
-        solver = next(iter(forms.values())).solver
-        ours = request.faithful_choices.ours
-        if request.json_out != "-":
-            print(
-                f"Gavel-faithful mode (solver {solver}"
-                + (f"; ours: {', '.join(ours)})" if ours else ")"),
-                file=out,
-            )
-        counts = gpu_counts(cluster_nodes(request.cluster, request.gpus_per_server))
-        for form in forms.values():
-            results.append(
-                faithful_result(
-                    trace,
-                    counts,
-                    form,
-                    site,
-                    request.settings,
-                    trace_name,
-                    request.faithful_choices,
+        results = _run_faithful(request, forms, trace, trace_name, gpu_counts(nodes), site, out)
+    else:
+        results = []
+        for name in request.policies:
+            policy = _policy(name, request.policy_options, request.settings.seed)
+            with _progress(request.progress, name, len(trace)) as bar:
+                results.append(
+                    simulate(
+                        trace,
+                        nodes,
+                        policy,
+                        site,
+                        request.settings,
+                        trace_name=trace_name,
+                        progress=bar,
+                    )
                 )
-            )
-    for name in request.policies if not forms else ():
-        policy = _policy(name, request.policy_options, request.settings.seed)
-        with _progress(request.progress, name, len(trace)) as bar:
-            results.append(
-                simulate(
-                    trace,
-                    nodes,
-                    policy,
-                    site,
-                    request.settings,
-                    trace_name=trace_name,
-                    progress=bar,
-                )
-            )
     from slurm_hetsched.sim.report import format_compare_table, format_summary, write_plots
 
     text = format_summary(results[0]) if len(results) == 1 else format_compare_table(results)
@@ -140,6 +122,33 @@ def run_simulate(request: SimulateRequest, out: TextIO | None = None) -> list[Si
             if request.json_out != "-":
                 print(f"wrote {path}", file=out)
     return results
+
+
+def _run_faithful(
+    request: SimulateRequest,
+    forms: Mapping[str, Form],
+    trace: Trace,
+    trace_name: str,
+    counts: Mapping[str, int],
+    site: SiteData,
+    out: TextIO,
+) -> list[SimResult]:
+    """The policies' Gavel forms on the trace's GPU counts (`--gavel-faithful`), after a line
+    naming the mode, its solver and the choices turned back to ours (not with `--json -`)."""
+    solver = next(iter(forms.values())).solver
+    ours = request.faithful_choices.ours
+    if request.json_out != "-":
+        print(
+            f"Gavel-faithful mode (solver {solver}"
+            + (f"; ours: {', '.join(ours)})" if ours else ")"),
+            file=out,
+        )
+    return [
+        faithful_result(
+            trace, counts, form, site, request.settings, trace_name, request.faithful_choices
+        )
+        for form in forms.values()
+    ]
 
 
 def _check_outputs(request: SimulateRequest) -> None:

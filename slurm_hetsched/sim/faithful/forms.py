@@ -118,7 +118,9 @@ class Form:
 
 
 def base_constraints(x: cp.Variable, demand: Demand) -> list[cp.Constraint]:
-    """Gavel's base constraints: x >= 0, GPUs per type, time per job <= 1."""
+    """Gavel's base constraints: x >= 0, GPUs per type, time per job <= 1, in its order
+    (core/policies/constraints.py has ours, which also pins types a job cannot run on; an
+    interior-point solver's answer depends on the program's exact form, so not shared)."""
     gpus = np.repeat(demand.num_gpus[:, None].astype(float), len(demand.gpu_types), axis=1)
     return [
         x >= 0,
@@ -129,7 +131,8 @@ def base_constraints(x: cp.Variable, demand: Demand) -> list[cp.Constraint]:
 
 def equal_share_rate(demand: Demand, throughput: np.ndarray) -> np.ndarray:
     """(n_jobs,) each job's steps/s on the proportional share Gavel normalizes max-min by:
-    of every type, its GPUs over all GPUs (the same for every job, whatever its GPU count).
+    of every type, its GPUs over all GPUs (the same for every job, whatever its GPU count);
+    core/policies/rates.py's `equal_share_rate` is the same quantity.
     Computed in Gavel's order of operations, so the program's coefficients are the same
     floating-point numbers (ties in the interior point then resolve alike)."""
     n = len(demand.job_ids)
@@ -138,13 +141,17 @@ def equal_share_rate(demand: Demand, throughput: np.ndarray) -> np.ndarray:
     return np.asarray(np.sum(throughput * x, axis=1))
 
 
-def isolated_rate(demand: Demand) -> np.ndarray:
-    """(n_jobs,) steps/s on Gavel's isolated share (finish-time fairness): of every type, its
+def isolated_share(demand: Demand) -> np.ndarray:
+    """(n_jobs, n_types) Gavel's isolated share (finish-time fairness): of every type, its
     GPUs / n_jobs / the job's GPU count, scaled down so the fractions add up to at most 1."""
     n = len(demand.job_ids)
     x = np.tile(demand.capacity / n, (n, 1)) / demand.num_gpus[:, None]
-    x = x / np.maximum(x.sum(axis=1), 1.0)[:, None]
-    return np.asarray((demand.throughput * x).sum(axis=1))
+    return np.asarray(x / np.maximum(x.sum(axis=1), 1.0)[:, None])
+
+
+def isolated_rate(demand: Demand) -> np.ndarray:
+    """(n_jobs,) steps/s on the isolated share."""
+    return np.asarray((demand.throughput * isolated_share(demand)).sum(axis=1))
 
 
 class MaxMinFairnessPerf(Form):
@@ -252,8 +259,4 @@ class FinishTimeFairnessPerf(Form):
         solved = self._solve(objective, base_constraints(x, demand), x)
         self._last_steps = dict(zip(demand.job_ids, demand.steps_left.tolist(), strict=True))
         self._last_rate = dict(zip(demand.job_ids, iso.tolist(), strict=True))
-        if solved is None:  # Gavel falls back to the isolated share
-            n = len(demand.job_ids)
-            share = np.tile(demand.capacity / n, (n, 1)) / demand.num_gpus[:, None]
-            return np.asarray(share / np.maximum(share.sum(axis=1), 1.0)[:, None])
-        return solved
+        return isolated_share(demand) if solved is None else solved  # Gavel's fallback

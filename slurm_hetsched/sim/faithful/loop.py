@@ -35,7 +35,8 @@ import numpy as np
 from slurm_hetsched.core.costs import Interval
 from slurm_hetsched.core.model import Node
 from slurm_hetsched.core.problem import SiteData, table_rate
-from slurm_hetsched.core.selection import type_speeds
+from slurm_hetsched.core.round_options import RoundOptions
+from slurm_hetsched.core.selection import walk_order
 from slurm_hetsched.sim.cluster import SimulationError
 from slurm_hetsched.sim.faithful.catalog import for_choices
 from slurm_hetsched.sim.faithful.choices import GAVEL, FaithfulChoices
@@ -62,8 +63,7 @@ class JobProgress:
     steps_done: float = 0  # whole steps, unless the "steps" choice is ours
     failures: int = 0
     start_s: float | None = None
-    end_s: float | None = None
-    dropped: bool = False
+    end_s: float | None = None  # None: not completed (still running, or dropped)
     preemptions: int = 0
     last_type: str | None = None
     gpu_s: dict[str, float] = field(default_factory=dict)
@@ -98,8 +98,8 @@ class FaithfulRun:
 
     jobs: dict[str, JobProgress]
     intervals: list[Interval] = field(default_factory=list)
-    rounds: int = 0
-    resets: int = 0
+    rounds: int = 0  # rounds that ran something
+    resets: int = 0  # resets of the time received
 
 
 def simulate_faithful(
@@ -124,6 +124,7 @@ def simulate_faithful(
     validate_trace(trace, site.table, tuple(counts), capacity=dict(counts))
     replay = _Replay(trace, counts, form, site, round_s, min_reset_interval_s, seed, choices)
     replay.run()
+    replay.result.resets = replay.rounds.resets
     return replay.result
 
 
@@ -146,8 +147,11 @@ class _Replay:
         self.round_s = round_s
         self.seed = seed
         self.choices = choices
-        speeds = type_speeds(site.table, tuple(counts))
-        self.fastest_first = sorted(counts, key=lambda t: -speeds[t])
+        self.table = site.table
+        self.gpu_types = tuple(counts)
+        fastest_first = walk_order(self.gpu_types, RoundOptions(), site.table, 0)
+        assert fastest_first is not None  # the per-type queue always has an order
+        self.fastest_first = [self.gpu_types[i] for i in fastest_first]
         self.columns = tuple(sorted(counts))
         ordered = sorted(enumerate(trace), key=lambda e: (e[1].arrival_s, e[0]))
         self.jobs = {job.job_id: JobProgress(job, rank) for rank, (_, job) in enumerate(ordered)}
@@ -175,11 +179,10 @@ class _Replay:
             for task in self.running:
                 self.remaining -= self._finish(task)
             self.running = []
-            while self._next_arrival() is not None and self._next_arrival() <= self.now:  # type: ignore[operator]
+            while (arrival := self._next_arrival()) is not None and arrival <= self.now:
                 self.rounds.add_job(self.pending[self.next_pending].job_id)
                 self.next_pending += 1
-            if self.rounds.maybe_reallocate(self.now, self._compute):
-                self.result.resets += 1
+            self.rounds.maybe_reallocate(self.now, self._compute)
             self._plan()
             if self.running:
                 self.result.rounds += 1
@@ -211,7 +214,9 @@ class _Replay:
                 self.round_end = self.running[0].start_s + self.round_s
             self.now = self.round_end
         elif self.rounds.job_time and not self.choices.idle:
-            self.now = min(self.now + self.round_s, next_arrival or math.inf)
+            self.now = min(
+                self.now + self.round_s, math.inf if next_arrival is None else next_arrival
+            )
         elif next_arrival is not None:
             self.now = next_arrival
 
@@ -235,9 +240,11 @@ class _Replay:
         order = list(self.fastest_first)
         if self.form.agnostic and self.choices.shuffle:
             self.shuffler.shuffle(order)
-        elif self.form.agnostic:  # ours: core/selection.py's draw
-            drawn = np.random.default_rng([self.seed, self.plans]).permutation(len(order))
-            order = [order[i] for i in drawn]
+        elif self.form.agnostic:  # ours: the round mechanism's own draw
+            ours = RoundOptions(shuffle=True, seed=self.seed)
+            drawn = walk_order(self.gpu_types, ours, self.table, self.plans)
+            assert drawn is not None
+            order = [self.gpu_types[i] for i in drawn]
         nums = {job_id: self.jobs[job_id].trace.num_gpus for job_id in self.rounds.job_time}
 
         def runs_on(job_id: str, gpu_type: str) -> bool:
@@ -282,7 +289,6 @@ class _Replay:
             job.failures += 1
             self.rounds.need_allocation = True
             if job.failures >= MAX_FAILED_ROUNDS:
-                job.dropped = True
                 self.rounds.remove_job(task.job_id)
                 return 1
             return 0
