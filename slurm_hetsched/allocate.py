@@ -15,15 +15,16 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from slurm_hetsched.core.costs import decision_costs
 from slurm_hetsched.core.policies import POLICIES, get_policy
 from slurm_hetsched.core.policies.options import parse_options
 from slurm_hetsched.core.throughput import ThroughputTable
+from slurm_hetsched.core.throughput.prior import estimated_entries
 from slurm_hetsched.whatif.fields import object_at
-from slurm_hetsched.whatif.problem import parse_problem
+from slurm_hetsched.whatif.problem import decision_table, parse_problem
 
 __all__ = ["parse_problem", "policy_descriptions", "policy_options", "run_allocate"]
 
@@ -73,6 +74,25 @@ def run_allocate(
         out["policy_options"] = parse_options(policy_name, policy.options, merged)
     if problem.energy is not None and (problem.nodes or problem.steps is not None or merged):
         out["costs"] = decision_costs(problem, allocation.x, allocation.placements)
+    estimated = estimated_rates(problem_json, problem.gpu_types, table)
+    if estimated:
+        out["estimated"] = estimated
+    return out
+
+
+def estimated_rates(
+    problem_json: Mapping[str, Any], gpu_types: Sequence[str], table: ThroughputTable | None
+) -> dict[str, list[str]]:
+    """Job -> the GPU types its steps/s are an estimate on, not a measurement (a job given by
+    `class`: the table's estimated columns, every type for a class in no table); jobs with
+    none are left out."""
+    used = decision_table(problem_json, table)
+    out: dict[str, list[str]] = {}
+    for job in problem_json.get("jobs") or ():
+        if isinstance(job, Mapping) and "class" in job:
+            types = estimated_entries(used, str(job["class"]), gpu_types)
+            if types:
+                out[str(job.get("id"))] = types
     return out
 
 

@@ -24,6 +24,7 @@ from slurm_hetsched.cli.controller import (
     watchdog_command,
 )
 from slurm_hetsched.cli.devcluster import add_devcluster, devcluster_command
+from slurm_hetsched.cli.profile import add_profile, profile_command
 from slurm_hetsched.cli.simulate import add_simulate, simulate_command
 from slurm_hetsched.cli.trace import add_trace, trace_command
 from slurm_hetsched.errors import HetschedError
@@ -49,6 +50,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_handback(sub)
     add_watchdog(sub)
     add_devcluster(sub)
+    add_profile(sub)
     return parser
 
 
@@ -62,6 +64,7 @@ _RUNNERS = {
     "status": status_command,
     "handback": handback_command,
     "watchdog": watchdog_command,
+    "profile": profile_command,
 }
 
 

@@ -136,6 +136,21 @@ def add_simulate(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
         help="with --gavel-faithful: turn these of Gavel's behaviours back to ours, to measure "
         "what each does: " + ", ".join(CHOICES),
     )
+    p.add_argument(
+        "--unprofiled",
+        metavar="TYPE,...|all",
+        default="",
+        help="what-if for a site without profiles: the policy's table lacks these GPU types "
+        "(or every figure: all) and decides on estimates from datasheet figures and the "
+        "neutral prior, learning each job's rates as it runs (jobs still run at the true "
+        "table's rates)",
+    )
+    p.add_argument(
+        "--no-explore",
+        action="store_true",
+        help="give a class in no table no stints on the types it could use: it is learned "
+        "only where it happens to run",
+    )
     p.add_argument("--seed", type=int, default=0, help="seed of random policies (default: 0)")
     p.add_argument("--throughputs", type=Path, metavar="FILE", help="throughput table file")
     p.add_argument(
@@ -152,6 +167,7 @@ def add_simulate(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
 
 
 def simulate_command(args: argparse.Namespace) -> int:
+    from slurm_hetsched.core.explore import ExploreSettings
     from slurm_hetsched.core.mechanism import RoundOptions
     from slurm_hetsched.sim.command import SimulateRequest, run_simulate
     from slurm_hetsched.sim.restart_costs import MAX_RESTART_S, is_restart_s, read_restart_costs
@@ -190,6 +206,7 @@ def simulate_command(args: argparse.Namespace) -> int:
             min_reset_interval_s=non_negative_seconds(args.reset_interval, "--reset-interval"),
             idle_nodes_on=not args.power_down_idle_nodes,
             seed=args.seed,
+            explore=ExploreSettings(enabled=not args.no_explore),
             round_options=RoundOptions(
                 queue=args.queue,
                 work_conserving=not args.no_work_conservation,
@@ -206,6 +223,7 @@ def simulate_command(args: argparse.Namespace) -> int:
         progress=not args.no_progress,
         faithful_solver=args.faithful_solver if args.gavel_faithful else None,
         faithful_choices=FaithfulChoices.except_for(args.faithful_except),
+        unprofiled=tuple(t.strip() for t in args.unprofiled.split(",") if t.strip()),
     )
     run_simulate(request)
     return 0

@@ -3,7 +3,8 @@
 `squeue -O JobID,Name,State,admin_comment:80` then shows, per job, e.g.
 `hetsched r=42 v100x2@n1 share=v100:.61,p100:.39 prio=1.8 moved:p100->v100`:
 the round the job's target last changed, the target (type x count @ nodes), its allocation
-shares, the priority it was chosen with, and why.
+shares (a type marked `~`, as in `a100~:.39`, is one where the job's speed is an estimate, not
+yet measured), the priority it was chosen with, and why.
 
 Only admins can set an admin comment, so users cannot forge it. It is written only when its
 stable part (target, shares, reason) changed, so a round costs one `scontrol update` per job
@@ -13,7 +14,7 @@ whose situation changed, not one per job.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 
 from slurm_hetsched.core.model import Placement
 
@@ -30,14 +31,16 @@ def describe_target(placement: Placement | None) -> str:
     return "+".join(f"{s.gpu_type}x{s.count}@{s.node}" for s in placement.slices)
 
 
-def describe_share(share: Mapping[str, float]) -> str:
-    """'v100:.61,p100:.39' (types with a share, largest first), or '-'."""
+def describe_share(share: Mapping[str, float], estimated: Collection[str] = ()) -> str:
+    """'v100:.61,p100:.39' (types with a share, largest first), or '-'; a type in `estimated`
+    (the job's steps/s there are an estimate, not measured: docs/throughput.md) is marked
+    with '~': 'a100~:.61'."""
     parts = [
         (t, v) for t, v in sorted(share.items(), key=lambda item: (-item[1], item[0])) if v >= 0.005
     ]
     if not parts:
         return "-"
-    return ",".join(f"{t}:{_fraction(v)}" for t, v in parts)
+    return ",".join(f"{t}{'~' if t in estimated else ''}:{_fraction(v)}" for t, v in parts)
 
 
 def format_admin_comment(
@@ -47,11 +50,14 @@ def format_admin_comment(
     share: Mapping[str, float],
     priority: float | None,
     reason: str,
+    estimated: Collection[str] = (),
 ) -> str:
-    """The admin comment of one managed job this round."""
+    """The admin comment of one managed job this round (`estimated`: the types its steps/s
+    are estimates on, marked '~' in its shares)."""
     prio = "-" if priority is None else f"{priority:.3g}"
     text = (
-        f"{PREFIX} r={round_} {describe_target(placement)} share={describe_share(share)} "
+        f"{PREFIX} r={round_} {describe_target(placement)} "
+        f"share={describe_share(share, estimated)} "
         f"prio={prio} {reason}"
     )
     return text[:_MAX_LENGTH]

@@ -15,6 +15,7 @@ from slurm_hetsched.controller.enact import EnactSettings
 from slurm_hetsched.controller.observer import ObserveSettings, SlurmObserver
 from slurm_hetsched.controller.restart_cost import RestartEstimate, describe_estimate
 from slurm_hetsched.controller.restarts import RestartTracker
+from slurm_hetsched.controller.round_report import unmeasured_estimates
 from slurm_hetsched.controller.service import (
     Controller,
     RoundSummary,
@@ -197,9 +198,10 @@ def show_status(config: ControllerConfig, *, out: TextIO) -> int:
     # Measured in memory, as the service would: a restart that reported since its last round
     # shows at once.
     restarts = RestartTracker(store, config.restart_settings(), save=False)
+    table = config.site_data().table
     observer = SlurmObserver(
         slurm,
-        config.site_data().table,
+        table,
         ObserveSettings(
             state_root=config.state_root,
             partitions=config.partitions,
@@ -224,6 +226,9 @@ def show_status(config: ControllerConfig, *, out: TextIO) -> int:
         + (", ".join(f"{t}={int(c)}" for t, c in zip(types, capacity, strict=True)) or "none"),
         file=out,
     )
+    estimated = [t for t in types if t in table.estimated_types]
+    if estimated:
+        print(f"estimated from datasheet figures (not profiled): {', '.join(estimated)}", file=out)
     when = datetime.fromtimestamp(last.now_s).isoformat(timespec="seconds") if last else "never"
     print(f"last round: {last.round if last else '-'} at {when}", file=out)
     print(f"\nMANAGED JOBS ({len(view.managed)})", file=out)
@@ -233,12 +238,14 @@ def show_status(config: ControllerConfig, *, out: TextIO) -> int:
         file=out,
     )
     placements = last.plan.placements if last else {}
+    measured = {j.key: j.measured_steps_per_s for j in view.snapshot.jobs}
+    marked = False
     for key, job in sorted(view.managed.items()):
-        share = (
-            describe_share(last.allocation.share(key))
-            if last and key in last.allocation.job_ids
-            else "-"
+        shares = last.allocation.share(key) if last and key in last.allocation.job_ids else {}
+        share = describe_share(
+            shares, unmeasured_estimates(table, job, measured.get(key, {}), list(shares))
         )
+        marked = marked or "~" in share
         restart = describe_estimate(
             restarts.estimates.get(key, RestartEstimate(None, "default")), config.restart_s
         )
@@ -246,6 +253,12 @@ def show_status(config: ControllerConfig, *, out: TextIO) -> int:
             f"{key:<10} {job.slurm_id:<8} {job.leader.user:<10} {job.state.value:<10} "
             f"{job.spec.job_class[:28]:<28} {job.num_gpus:<4} {restart:<20} "
             f"{describe_target(placements.get(key)):<16} {share}",
+            file=out,
+        )
+    if marked:
+        print(
+            "~: steps/s on that type still an estimate (a class in no table, or a type "
+            "not profiled), until the job is measured there",
             file=out,
         )
     print(

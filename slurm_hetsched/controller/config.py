@@ -19,9 +19,12 @@ from typing import Any
 from slurm_hetsched import data_files
 from slurm_hetsched.controller.config_keys import KEYS, OLD_KEYS
 from slurm_hetsched.controller.restart_cost import DEFAULT_MAX_RESTART_S, RestartSettings
+from slurm_hetsched.core.catalog import merge_gpu_types
+from slurm_hetsched.core.explore import ExploreSettings
 from slurm_hetsched.core.mechanism import DEFAULT_RESTART_S, DEFAULT_RESTART_SHARE, RoundOptions
 from slurm_hetsched.core.policies import get_policy
 from slurm_hetsched.core.problem import SiteData
+from slurm_hetsched.core.throughput.prior import with_estimates
 from slurm_hetsched.errors import ConfigError as _BaseConfigError
 from slurm_hetsched.errors import HetschedError
 from slurm_hetsched.rounds.tick import TickSettings
@@ -42,6 +45,9 @@ class ControllerConfig:
     min_reset_interval_s: float = 1920.0
     round_queue: str = "per_type"
     work_conserving: bool = True
+    # Stints of a class in no table on each type it could use (core/explore.py).
+    explore: bool = True
+    explore_rounds_per_type: int = ExploreSettings().rounds_per_type
     store: Path = Path("/var/lib/hetsched/rounds.sqlite")
     lock: Path | None = None  # default: the store's path + ".lock"
     state_root: Path = Path("/var/lib/hetsched/state")
@@ -105,7 +111,12 @@ class ControllerConfig:
             )
         except (HetschedError, OSError, ValueError) as exc:
             raise ConfigError(f"site.throughputs / site.gpu_types: {exc}") from exc
-        return SiteData(table, gpu_types, data_files.shipped_site_energy())
+        # Types with datasheet figures (the shipped ones, the site's over them) but no column,
+        # and classes in no table, are estimated (docs/throughput.md, "Estimates for
+        # unprofiled types"), then learned online.
+        figures = merge_gpu_types(data_files.shipped_gpu_types(), gpu_types)
+        estimated = with_estimates(table, figures)
+        return SiteData(estimated, gpu_types, data_files.shipped_site_energy())
 
     def tick_settings(self) -> TickSettings:
         """How the rounds run: the settings the tick (and a replay of its rounds) uses."""
@@ -119,6 +130,7 @@ class ControllerConfig:
                 restart_s=self.restart_s,
                 restart_share=self.restart_share,
             ),
+            explore=ExploreSettings(self.explore, self.explore_rounds_per_type),
         )
 
     def restart_settings(self) -> RestartSettings:

@@ -173,6 +173,8 @@ KEYS: dict[str, dict[str, tuple[str, _Parser]]] = {
         "throughputs": ("throughputs", _path),
         "gpu_types": ("gpu_types", _path),
         "progress_max_age_s": ("progress_max_age_s", _number(0, strict=True)),
+        "explore": ("explore", _flag),
+        "explore_rounds_per_type": ("explore_rounds_per_type", _count),
     },
     "metrics": {
         "port": ("metrics_port", _port),

@@ -6,10 +6,12 @@ recorded JSON of a real cluster tests it.
 
 A job is managed when it is in the controller's scope (its partitions and QOS:
 controller/scope.py) and its comment holds a `hetsched:` spec (docs/interfaces.md). The spec is
-re-read every round: a user may edit it at any time. A job whose spec is malformed, names a class
-the throughput table does not know, asks for GPUs in a way the controller cannot move, names a
-job key bound to another user (controller/keys.py), or was set aside because the policy failed
-with it, is *rejected*: reported, and handed back to Slurm's own scheduling, never kept held.
+re-read every round: a user may edit it at any time. A class in no table is scheduled on the
+table's neutral prior (core/throughput/prior.py) and learned online. A job whose spec is
+malformed, names a class the table does not know while it has no prior, asks for GPUs in a
+way the controller cannot move, names a job key bound to another user (controller/keys.py),
+or was set aside because the policy failed with it, is *rejected*: reported, and handed back
+to Slurm's own scheduling, never kept held.
 Every decision is per job: one user's bad input never stops the view of the others.
 """
 
@@ -83,8 +85,9 @@ class SlurmView:
         busy: managed jobs still finishing a requeue or a run (COMPLETING): their GPUs are in
             use and they are left alone this round.
         progress: job key -> its trusted progress report.
-        unprofiled_gpu_types: GPU types on nodes that the throughput table has no column for;
-            left out of the snapshot (their GPUs stay Slurm's) and reported.
+        unprofiled_gpu_types: GPU types on nodes that the throughput table has no column for,
+            not even an estimated one (no datasheet figures); left out of the snapshot (their
+            GPUs stay Slurm's) and reported.
         key_bindings: job key -> the user it belongs to, after this observation (to keep).
         set_aside: the earlier set-asides that still refuse a live job (to keep).
     """

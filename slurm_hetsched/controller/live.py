@@ -99,8 +99,9 @@ class SlurmCluster:
             self._unprofiled = view.unprofiled_gpu_types
             if view.unprofiled_gpu_types:
                 logger.warning(
-                    "GPU types %s are not in the throughput table: their GPUs are left to "
-                    "Slurm; add them to the site's throughput file to schedule on them",
+                    "GPU types %s have no throughput column and no datasheet figures to "
+                    "estimate one: their GPUs are left to Slurm; give their figures in "
+                    "site.gpu_types or profile them (hetsched profile) to schedule on them",
                     ", ".join(view.unprofiled_gpu_types),
                 )
         return observed
@@ -124,7 +125,9 @@ class SlurmCluster:
         report_refused(self.slurm, self.journal, plan.round, refused, self.last, release=release)
         record = self.last_record()
         allocation = record.allocation if record is not None else None
-        write_admin_comments(self.slurm, view, plan, outcome, allocation, self.last)
+        write_admin_comments(
+            self.slurm, view, plan, outcome, allocation, self.last, self.observer.table
+        )
         return report
 
     def _record_set_aside(self, view: SlurmView, plan: RoundPlan) -> list[tuple[SlurmJob, str]]:

@@ -17,6 +17,8 @@ class Progress:
 
     `job_id`, `restart_count` and `updated_at` tell which run wrote it and when (by the job's
     own clock: a user's claim, only believed within bounds the controller knows).
+    `peak_mem_gib` is the most GPU memory the run allocated on one GPU so far (GiB, above 0 up
+    to jobspec.MEM_GIB_MAX), or None: types with less memory are ruled out for the job.
     """
 
     step: int
@@ -27,6 +29,7 @@ class Progress:
     status: str = "running"
     job_id: str | None = None
     updated_at: float | None = None
+    peak_mem_gib: float | None = None
 
 
 @dataclass(frozen=True, slots=True)

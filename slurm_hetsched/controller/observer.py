@@ -203,6 +203,7 @@ class SlurmObserver:
         restart = payload.get("restart_count")
         status = payload.get("status")
         job_id = payload.get("job_id")
+        peak = payload.get("peak_mem_gib")  # None or in bounds: read_progress checked it
         return Progress(
             step=int(payload["step"]),
             total_steps=payload.get("total_steps"),
@@ -212,6 +213,7 @@ class SlurmObserver:
             status=status if isinstance(status, str) else "running",
             job_id=str(job_id)[:64] if isinstance(job_id, str | int) else None,
             updated_at=float(payload["updated_at"]),  # finite: read_progress checked it
+            peak_mem_gib=None if peak is None else float(peak),
         )
 
 

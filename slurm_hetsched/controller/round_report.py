@@ -23,6 +23,8 @@ from slurm_hetsched.controller.admin_comment import (
 from slurm_hetsched.controller.enact import EnactOutcome, Journal
 from slurm_hetsched.controller.jobview import ManagedJob, SlurmView
 from slurm_hetsched.core.model import Allocation, Placement, RoundPlan
+from slurm_hetsched.core.throughput import ThroughputTable
+from slurm_hetsched.core.throughput.prior import estimated_entries
 from slurm_hetsched.errors import InvalidRequestError, SlurmError
 from slurm_hetsched.slurm.backend import CliSlurmBackend
 from slurm_hetsched.slurm.records import JobState, JobUpdate, SlurmJob
@@ -109,10 +111,13 @@ def write_admin_comments(
     outcome: EnactOutcome,
     allocation: Allocation | None,
     last: LastRound,
+    table: ThroughputTable | None = None,
 ) -> None:
     """Each managed job's admin comment after the round (`allocation`: the last recorded
-    round's, for the shares); written only when its stable part changed. Counted in `last`."""
+    round's, for the shares; `table`: the decisions' table, to mark the shares that rest on
+    an estimate); written only when its stable part changed. Counted in `last`."""
     placements = plan.placements
+    measured = {j.key: j.measured_steps_per_s for j in view.snapshot.jobs}
     for key, job in sorted(view.managed.items()):
         if key in plan.set_aside:
             continue  # reported as not managed
@@ -131,6 +136,7 @@ def write_admin_comments(
             share=share,
             priority=plan.priority.get(key),
             reason=admin_reason(key, outcome, placements, job, plan.held),
+            estimated=unmeasured_estimates(table, job, measured.get(key, {}), list(share)),
         )
         current = "" if key in outcome.resubmitted else job.leader.admin_comment
         if not needs_update(current, text):
@@ -149,6 +155,20 @@ def write_admin_comments(
                 job_id,
                 exc,
             )
+
+
+def unmeasured_estimates(
+    table: ThroughputTable | None,
+    job: ManagedJob,
+    measured: Mapping[str, float],
+    gpu_types: Sequence[str],
+) -> list[str]:
+    """Of `gpu_types`, those the job's steps/s are still an estimate on: estimated by the
+    table (core/throughput/prior.py) and not measured yet."""
+    if table is None:
+        return []
+    estimated = estimated_entries(table, job.spec.job_class, gpu_types)
+    return [t for t in estimated if t not in measured]
 
 
 def admin_reason(

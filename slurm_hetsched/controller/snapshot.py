@@ -80,7 +80,9 @@ def snapshot_job(
     gpu_types: Sequence[str],
     now_s: float,
 ) -> Job:
-    """The managed job as the decision core sees it.
+    """The managed job as the decision core sees it. Its memory need (`Job.mem_gib`) is the
+    larger of the spec's `mem=` and the peak its progress report measured, so a job that grew
+    past its own estimate is never sent back where it no longer fits.
 
     Args:
         job: a managed job that can be scheduled (pending, running or suspended).
@@ -113,7 +115,14 @@ def snapshot_job(
         tardiness_weight=spec.tardiness_weight,
         slurm_job_ids=(job.slurm_id,),
         measured_steps_per_s=measured,
+        mem_gib=_memory_need(spec.mem_gib, progress.peak_mem_gib if progress else None),
     )
+
+
+def _memory_need(spec_gib: float | None, peak_gib: float | None) -> float | None:
+    """The larger of the two figures either may lack (None: neither is known)."""
+    known = [gib for gib in (spec_gib, peak_gib) if gib is not None]
+    return max(known) if known else None
 
 
 def with_restart_costs(

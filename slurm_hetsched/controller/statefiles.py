@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from slurm_hetsched.core.jobspec import STEPS_MAX, JobSpecError, check_job_key
+from slurm_hetsched.core.jobspec import MEM_GIB_MAX, STEPS_MAX, JobSpecError, check_job_key
 from slurm_hetsched.errors import ConfigError, HetschedError
 from slurm_hetsched.statefolder import (
     ACK_FILE,
@@ -305,6 +305,7 @@ def read_progress(
     total: Any = payload.get("total_steps")
     updated: Any = payload.get("updated_at")
     rate: Any = payload.get("steps_per_s")
+    peak: Any = payload.get("peak_mem_gib")
     checks = [
         (
             bool({str(payload.get("job_id")), str(payload.get("job_key"))} & job_ids),
@@ -320,6 +321,10 @@ def read_progress(
         (
             rate is None or (_finite(rate) and 0 <= rate <= _MAX_RATE),
             f"steps_per_s is not a number in 0..{_MAX_RATE:g}",
+        ),
+        (
+            peak is None or (_finite(peak) and 0 < peak <= MEM_GIB_MAX),
+            f"peak_mem_gib is not a number above 0 up to {MEM_GIB_MAX:g}",
         ),
     ]
     for ok, why in checks:

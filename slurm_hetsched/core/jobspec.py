@@ -20,7 +20,7 @@ from datetime import datetime, tzinfo
 from slurm_hetsched.errors import HetschedError
 
 SPEC_PREFIX = "hetsched:"
-KEYS = ("class", "steps", "weight", "due", "tw", "gpus", "key", "copy")
+KEYS = ("class", "steps", "weight", "due", "tw", "gpus", "key", "copy", "mem")
 SPEC_MAX = 1024  # characters of the whole spec, prefix included
 STEPS_MAX = 10**12
 WEIGHT_MIN = 1e-3
@@ -31,6 +31,7 @@ GPUS_MAX = 1024
 CLASS_MAX = 128
 COPY_MAX = 1023
 JOB_KEY_MAX = 64
+MEM_GIB_MAX = 4096.0  # GiB of memory one GPU of a job needs; above every GPU made so far
 
 _SHOWN_MAX = 40  # characters of an offending value a message echoes (values may be megabytes)
 # ASCII only: str.isdigit() and float() also accept other scripts' digits, '_' and 'nan'.
@@ -39,6 +40,10 @@ _NUMBER = re.compile(r"[+]?([0-9]+(\.[0-9]*)?|\.[0-9]+)([eE][+-]?[0-9]+)?")
 # A safe file name: the key names the job's state folder (docs/interfaces.md, "State folder").
 _JOB_KEY = re.compile(r"[A-Za-z0-9_+-][A-Za-z0-9._+-]*")
 _JOB_KEY_RULE = f"1 to {JOB_KEY_MAX} characters of A-Z a-z 0-9 . _ + -, not starting with '.'"
+# `mem=`: a number of GiB, bare or with the unit (G and GiB are both GiB, as GPU datasheets'
+# "GB" are in gpu_types.toml); the longer suffix first.
+_MEM_SUFFIXES = ("GiB", "G")
+_MEM_RULE = f"GiB per GPU, a number > 0 and <= {MEM_GIB_MAX:g} (e.g. 40, 12.5, 40G, 40GiB)"
 
 
 class JobSpecError(HetschedError, ValueError):
@@ -62,6 +67,8 @@ class JobSpec:
             is the key).
         copy: the index of a forked copy (`copy=`, 0 to COPY_MAX, default 0); copies share
             one key, so a job's identity is (key, copy).
+        mem_gib: GPU memory one GPU of the job needs, in GiB (`mem=`, above 0 up to
+            MEM_GIB_MAX), or None; GPU types with less memory are ruled out for the job.
     """
 
     job_class: str
@@ -72,6 +79,7 @@ class JobSpec:
     gpus: int | None = None
     key: str | None = None
     copy: int = 0
+    mem_gib: float | None = None
 
 
 def is_managed(comment: str | None) -> bool:
@@ -143,6 +151,7 @@ def parse_job_spec(comment: str, *, local_tz: tzinfo, now_s: float) -> JobSpec:
         gpus=_whole(values, "gpus", 1, GPUS_MAX),
         key=None if job_key is None else check_job_key(job_key),
         copy=_whole(values, "copy", 0, COPY_MAX) or 0,
+        mem_gib=_mem(values.get("mem")),
     )
 
 
@@ -176,6 +185,21 @@ def _number(values: dict[str, str], key: str, default: float, lo: float, hi: flo
     if not lo <= number <= hi:  # NaN and inf fail here too
         raise JobSpecError(f"{key}={_shown(raw)}: expected a decimal number from {lo:g} to {hi:g}")
     return number
+
+
+def _mem(raw: str | None) -> float | None:
+    """GiB of `mem=`: a number as `_number` takes it, optionally followed by G or GiB."""
+    if raw is None:
+        return None
+    number = raw
+    for suffix in _MEM_SUFFIXES:
+        if number.endswith(suffix):
+            number = number[: -len(suffix)]
+            break
+    gib = float(number) if _NUMBER.fullmatch(number) else math.nan  # huge exponents give inf
+    if not 0 < gib <= MEM_GIB_MAX:  # NaN and inf fail here too
+        raise JobSpecError(f"mem={_shown(raw)}: expected {_MEM_RULE}")
+    return gib
 
 
 def _due(raw: str | None, local_tz: tzinfo, now_s: float) -> float | None:

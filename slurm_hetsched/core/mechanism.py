@@ -33,9 +33,11 @@ from collections.abc import Mapping
 import numpy as np
 
 from slurm_hetsched.core.holding import hold_running, placed_at
+from slurm_hetsched.core.memory_fit import misfits
 from slurm_hetsched.core.model import (
     Allocation,
     ClusterSnapshot,
+    GpuType,
     InvalidProblemError,
     Job,
     Placement,
@@ -88,6 +90,7 @@ def plan_round(
     min_reset_interval_s: float = GAVEL_MIN_RESET_INTERVAL_S,
     options: RoundOptions = _DEFAULT_OPTIONS,
     table: ThroughputTable | None = None,
+    catalog: Mapping[str, GpuType] | None = None,
 ) -> tuple[RoundPlan, RoundState]:
     """Decide the next round: which jobs run, on which GPUs of which nodes.
 
@@ -106,6 +109,8 @@ def plan_round(
         options: queue, type order, work conservation (`RoundOptions`).
         table: the throughput table: where each job can run (work conservation) and which
             types are fastest (the default per-type order). None: no filling, types by name.
+        catalog: the site's GPU types: work conservation never fills a type with less memory
+            than a job needs (`Job.mem_gib`, core/memory_fit.py). None: memory unknown.
 
     Returns:
         The plan (keep / move / start / stop) and the next state: round + 1, this allocation,
@@ -132,6 +137,9 @@ def plan_round(
         fill = None
         if options.work_conserving and table is not None:
             fill = runnable(allocation, jobs, table) & (allocation.x <= 0)
+            if catalog:  # the table knows nothing of memory: never fill where a job cannot fit
+                allocated = [jobs[job_id] for job_id in allocation.job_ids]
+                fill &= ~misfits(allocated, allocation.gpu_types, catalog)
         walk = Walk(allocation, priority, state.deficit_s, num_gpus, order, fill, arrival)
         placed = place_jobs(walk.select(free), allocation, num_gpus, free, state.placements)
         if options.moves == "amortized":

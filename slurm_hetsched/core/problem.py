@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from slurm_hetsched.core.costs import EnergyModel, SiteEnergy
+from slurm_hetsched.core.memory_fit import misfits
 from slurm_hetsched.core.model import (
     SUBLINEAR_EXPONENT,
     Account,
@@ -23,6 +24,7 @@ from slurm_hetsched.core.model import (
     Problem,
 )
 from slurm_hetsched.core.throughput import ThroughputTable, UnknownJobClassError, rescale_row
+from slurm_hetsched.core.throughput.rescale import prior_scaled
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,7 +54,8 @@ def build_problem(
     Columns are the snapshot's GPU types; capacity is each type's free GPUs on available
     nodes. A job's throughput on a type is the table's steps/s for its class at its GPU count
     (0 where the table has no such column: it cannot run there), rescaled by the job's own
-    measurements where it has any (`Job.measured_steps_per_s`).
+    measurements where it has any (`Job.measured_steps_per_s`), and 0 on every type with less
+    memory than one of its GPUs needs (`Job.mem_gib`, core/memory_fit.py).
 
     Args:
         snapshot: the cluster now.
@@ -78,10 +81,23 @@ def build_problem(
             throughput[:, j] = found[:, known.index(t)]
     for m, job in enumerate(jobs):
         if job.measured_steps_per_s:
-            # Online estimate: the job's own measurements rescale its profile row.
-            throughput[m] = rescale_row(
-                throughput[m], gpu_types, job.measured_steps_per_s, job_id=job.key
-            ).steps_per_s
+            # 0 measured: known not to run there (a simulated job's memory need, for one).
+            ruled_out = [j for j, t in enumerate(gpu_types) if job.measured_steps_per_s.get(t) == 0]
+            measured = {t: v for t, v in job.measured_steps_per_s.items() if v != 0}
+            if site.table.is_prior(job.job_class) and measured:
+                # A class in no table: its own reports set the scale, unclipped (the prior
+                # only knows the ratios between types); rescale_row then learns each type.
+                throughput[m] = prior_scaled(throughput[m], gpu_types, measured)
+            if measured:
+                # Online estimate: the job's own measurements rescale its profile row.
+                throughput[m] = rescale_row(
+                    throughput[m], gpu_types, measured, job_id=job.key
+                ).steps_per_s
+            throughput[m, ruled_out] = 0.0
+    # Memory: no job runs on a type with less memory than one of its GPUs needs
+    # (core/memory_fit.py); last, so no rescale or measurement brings a rate back.
+    too_small = misfits(jobs, gpu_types, site.gpu_types)
+    throughput[too_small] = 0.0
     has_steps = all(job.steps_remaining is not None for job in jobs)
     due = [math.nan if job.due_s is None else job.due_s for job in jobs]
     slo = [math.inf if job.slo_s is None else job.slo_s for job in jobs]
@@ -109,7 +125,7 @@ def build_problem(
         allowed_gpus=(
             tuple(job.allowed_gpus or (job.num_gpus,) for job in jobs) if flexible else None
         ),
-        throughput_at=_throughput_at(snapshot, site.table, known) if flexible else None,
+        throughput_at=_throughput_at(snapshot, site.table, known, too_small) if flexible else None,
         energy=EnergyModel.from_catalog(site.gpu_types, site.energy, gpu_types),
     )
 
@@ -147,10 +163,11 @@ def table_rate(
 
 
 def _throughput_at(
-    snapshot: ClusterSnapshot, table: ThroughputTable, known: list[str]
+    snapshot: ClusterSnapshot, table: ThroughputTable, known: list[str], too_small: np.ndarray
 ) -> np.ndarray:
     """(n_jobs, n_types, widest allowed count) steps/s at each count the table has for the
-    job's class; NaN elsewhere (Problem.rates_at scales those)."""
+    job's class; NaN elsewhere (Problem.rates_at scales those); 0 at every count on the types
+    `too_small` (n_jobs, n_types) rules out for the job (more GPUs need as much memory each)."""
     gpu_types = snapshot.gpu_types
     width = max(max(job.allowed_gpus or (job.num_gpus,)) for job in snapshot.jobs)
     out = np.full((len(snapshot.jobs), len(gpu_types), width), np.nan)
@@ -159,6 +176,7 @@ def _throughput_at(
             if g <= width:
                 row = dict(zip(known, table.row(job.job_class, g, known), strict=True))
                 out[m, :, g - 1] = [row.get(t, 0.0) for t in gpu_types]
+    out[too_small] = 0.0
     return out
 
 

@@ -16,12 +16,14 @@ from typing import Generic
 
 import numpy as np
 
+from slurm_hetsched.core.explore import ExploreSettings
 from slurm_hetsched.core.mechanism import (
     GAVEL_MIN_RESET_INTERVAL_S,
     RoundOptions,
     plan_round,
     record_round,
 )
+from slurm_hetsched.core.memory_fit import gives_time_where_too_small, too_small
 from slurm_hetsched.core.model import Allocation, ClusterSnapshot, Job, Placement, RoundState
 from slurm_hetsched.core.model.frozen import index_of
 from slurm_hetsched.core.policies.base import Policy, round_options_for
@@ -34,6 +36,14 @@ from slurm_hetsched.core.ports import (
 )
 from slurm_hetsched.core.problem import SiteData, build_problem, table_rate
 from slurm_hetsched.errors import HetschedError
+from slurm_hetsched.rounds.exploring import (
+    learning_signature,
+    restricted,
+    stints_now,
+    stints_of,
+    targets_of,
+    with_stints,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,11 +56,13 @@ class TickSettings:
             (docs/mechanism.md).
         round_options: queue order and work conservation of the round mechanism; the tick
             adapts them to its policy (`round_options_for`).
+        explore: stints of a class in no table on the types it could use (core/explore.py).
     """
 
     round_s: float = 360.0
     min_reset_interval_s: float = GAVEL_MIN_RESET_INTERVAL_S
     round_options: RoundOptions = field(default_factory=RoundOptions)
+    explore: ExploreSettings = field(default_factory=ExploreSettings)
 
 
 class Tick(Generic[ObservationT]):
@@ -74,6 +86,9 @@ class Tick(Generic[ObservationT]):
         # Seconds each phase of the last round took (observe, decide, plan, enact, record):
         # measured only, never read by a decision.
         self.timings: dict[str, float] = {}
+        # Every (job, GPU type) stint given so far (core/explore.py): reported, never read
+        # by a decision.
+        self.explored: set[tuple[str, str]] = set()
 
     def run_round(self) -> RoundRecord:
         """Observe the cluster, decide, plan, record the plan, enact it, record the outcome."""
@@ -85,7 +100,9 @@ class Tick(Generic[ObservationT]):
         snapshot = observation.snapshot
         state = self._state_after_last_round(last, observation)
         capacity = _capacity(snapshot)
-        allocation, recomputed, set_aside = self._decide(last, state, snapshot, capacity)
+        stints = stints_now(last, snapshot, capacity, self.site, self.settings.explore)
+        targets = targets_of(stints)
+        allocation, recomputed, set_aside = self._decide(last, state, snapshot, capacity, targets)
         timer.lap("decide")
         plan, next_state = plan_round(
             allocation,
@@ -95,9 +112,12 @@ class Tick(Generic[ObservationT]):
             min_reset_interval_s=self.settings.min_reset_interval_s,
             options=self.round_options,
             table=self.site.table,
+            catalog=self.site.gpu_types,
         )
         if set_aside:
             plan = dataclasses.replace(plan, set_aside=set_aside)
+        plan = with_stints(plan, stints, snapshot, capacity, self.site)
+        self.explored.update(targets.items())
         state = next_state
         record = RoundRecord(
             round=plan.round,
@@ -141,26 +161,36 @@ class Tick(Generic[ObservationT]):
         state: RoundState,
         snapshot: ClusterSnapshot,
         capacity: Mapping[str, float],
+        targets: Mapping[str, str],
     ) -> tuple[Allocation, bool, dict[str, str]]:
         """The allocation for this round: the last one, unless jobs or GPUs changed (Gavel
-        recomputes on arrivals, completions and worker changes, not every round); and the
-        jobs set aside because the policy failed with them."""
+        recomputes on arrivals, completions and worker changes, not every round) or a job
+        whose row is an estimate learned a type or moved on to another stint
+        (rounds/exploring.py); and the jobs set aside because the policy failed with them."""
+        table = self.site.table
         if (
             last is not None
             and _same_jobs(last.allocation, snapshot)
             and dict(last.capacity) == dict(capacity)
             and last.allocation.gpu_types == snapshot.gpu_types
+            # a job's memory need grew (core/memory_fit.py): its time there is void
+            and not gives_time_where_too_small(last.allocation, snapshot.jobs, self.site.gpu_types)
+            and (
+                last.snapshot is None
+                or learning_signature(last.snapshot, targets_of(stints_of(last)), table)
+                == learning_signature(snapshot, targets, table)
+            )
         ):
             return last.allocation, False, {}
 
         # Validation first: a job no GPU type has room for right now waits this round (GPUs
         # of jobs outside our control, drained nodes); it is no failure and nobody's fault.
-        fits: dict[tuple[str, int], bool] = {}  # the answer depends on class and GPUs only
+        fits: dict[tuple[str, int, float | None], bool] = {}  # by class, GPUs, memory need
         for job in snapshot.jobs:
-            key = (job.job_class, job.num_gpus)
+            key = (job.job_class, job.num_gpus, job.mem_gib)
             if key not in fits:
                 fits[key] = self._fits(job, snapshot, capacity)
-        fitting = tuple(job for job in snapshot.jobs if fits[(job.job_class, job.num_gpus)])
+        fitting = tuple(j for j in snapshot.jobs if fits[(j.job_class, j.num_gpus, j.mem_gib)])
 
         def solve(subset: tuple[Job, ...]) -> Allocation:
             if not subset:
@@ -169,19 +199,22 @@ class Tick(Generic[ObservationT]):
                     (), snapshot.gpu_types, np.zeros((0, k)), 0.0, 0.0, self.policy.name
                 )
             part = dataclasses.replace(snapshot, jobs=subset)
-            return self.policy.allocate(build_problem(part, self.site, running=state.placements))
+            problem = build_problem(part, self.site, running=state.placements)
+            return self.policy.allocate(restricted(problem, targets))
 
         allocation, set_aside = allocate_setting_aside(fitting, solve)
         return allocation, True, set_aside
 
     def _fits(self, job: Job, snapshot: ClusterSnapshot, capacity: Mapping[str, float]) -> bool:
-        """Whether some GPU type has `job.num_gpus` free GPUs and can run its class (a class
-        the table does not know is left to the policy, which reports it)."""
+        """Whether some GPU type has `job.num_gpus` free GPUs, enough memory and can run its
+        class (a class the table does not know is left to the policy, which reports it)."""
+        small = too_small(job.mem_gib, snapshot.gpu_types, self.site.gpu_types)
         try:
             return any(
                 capacity.get(t, 0.0) >= job.num_gpus
+                and not small[i]
                 and table_rate(self.site.table, job.job_class, t, job.num_gpus) > 0
-                for t in snapshot.gpu_types
+                for i, t in enumerate(snapshot.gpu_types)
             )
         except HetschedError:
             return True

@@ -11,6 +11,7 @@ decision is the tick's (rounds/tick.py), exactly as on Slurm.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -66,6 +67,10 @@ class SimulatedCluster:
         restart_overhead_s: seconds a job spends restarting after it changes GPUs, for jobs
             whose cost neither the trace nor `restart_s_by_class` gives.
         restart_s_by_class: job class -> restart cost in seconds, over the default.
+        reports_rates: report each job's steps/s on every type it has trained on in the
+            snapshot (`Job.measured_steps_per_s`), as the live controller reads them from its
+            progress reports: the policy learns online (what `hetsched simulate --unprofiled`
+            measures). Off, the policy's table is the truth and nothing needs learning.
 
     Raises:
         SimulationError: a negative or non-finite cost, or duplicate job ids.
@@ -79,6 +84,8 @@ class SimulatedCluster:
         clock: SimClock,
         restart_overhead_s: float = 10.0,
         restart_s_by_class: Mapping[str, float] | None = None,
+        *,
+        reports_rates: bool = False,
     ) -> None:
         by_class = dict(restart_s_by_class or {})
         for name, cost in {"default": restart_overhead_s, **by_class}.items():
@@ -88,6 +95,7 @@ class SimulatedCluster:
         self.table = table
         self.clock = clock
         self.restart_overhead_s = restart_overhead_s
+        self.reports_rates = reports_rates
         self.jobs = {
             job.job_id: _JobState(
                 job,
@@ -130,9 +138,8 @@ class SimulatedCluster:
             state = self._pending[self._next_pending]
             job_id = state.trace.job_id
             self._active[job_id] = state
-            self._job_of[job_id] = state.trace.to_job(
-                steps_remaining=state.steps_left, restart_s=state.restart_s
-            )
+            job = state.trace.to_job(steps_remaining=state.steps_left, restart_s=state.restart_s)
+            self._job_of[job_id] = self._cannot_run(job) if self.reports_rates else job
             self._order = None
             self._next_pending += 1
         if self._order is None:
@@ -243,7 +250,10 @@ class SimulatedCluster:
             if state.end_s is None:
                 job = self._job_of[job_id]
                 if job.steps_remaining != state.steps_left:
-                    self._job_of[job_id] = job.with_steps_remaining(state.steps_left)
+                    job = job.with_steps_remaining(state.steps_left)
+                if self.reports_rates and working > 0:
+                    job = _with_measurement(job, placement, state.rate)
+                self._job_of[job_id] = job
             else:
                 state.placement = None
                 self._placed.discard(job_id)
@@ -287,6 +297,18 @@ class SimulatedCluster:
             self._close(key, stay)
         return self._intervals  # type: ignore[return-value]  # every stay is closed now
 
+    def _cannot_run(self, job: Job) -> Job:
+        """The job with 0 reported on every type of the cluster the true table says it cannot
+        run on: known from the start, as a job's memory need (`mem=`) is live, so learning
+        never places it where it would fail."""
+        types = sorted({t for node in self.nodes for t in node.gpus})
+        zeros = {
+            t: 0.0 for t in types if not table_rate(self.table, job.job_class, t, job.num_gpus) > 0
+        }
+        if not zeros:
+            return job
+        return dataclasses.replace(job, measured_steps_per_s={**job.measured_steps_per_s, **zeros})
+
     def _rate(self, job: TraceJob, placement: Placement) -> float:
         (gpu_type,) = placement.gpu_types
         spread = len(placement.nodes) > 1
@@ -297,3 +319,17 @@ class SimulatedCluster:
                 f"{gpu_type}, where the throughput table says it cannot run"
             )
         return rate
+
+
+def _with_measurement(job: Job, placement: Placement, rate: float) -> Job:
+    """The job with its steps/s on the placement's type reported, as its progress report
+    would be: at its own GPU count on one node only (a measurement of the job's row)."""
+    (gpu_type,) = placement.gpu_types
+    if (
+        placement.num_gpus != job.num_gpus
+        or len(placement.nodes) > 1  # spread over nodes: not the row's consolidated rate
+        or job.measured_steps_per_s.get(gpu_type) == rate
+    ):
+        return job
+    measured = {**job.measured_steps_per_s, gpu_type: rate}
+    return dataclasses.replace(job, measured_steps_per_s=measured)

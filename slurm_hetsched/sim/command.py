@@ -4,6 +4,7 @@ results. Plain values in, text out; the command line lives in cli.py.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import json
 import os
@@ -17,6 +18,8 @@ from slurm_hetsched import data_files
 from slurm_hetsched.core.policies import POLICIES, get_policy
 from slurm_hetsched.core.policies.base import Policy
 from slurm_hetsched.core.problem import SiteData
+from slurm_hetsched.core.throughput import ThroughputTable
+from slurm_hetsched.core.throughput.prior import with_estimates, without
 from slurm_hetsched.errors import ConfigError
 from slurm_hetsched.sim.faithful.catalog import faithful_form
 from slurm_hetsched.sim.faithful.choices import GAVEL, FaithfulChoices
@@ -49,6 +52,9 @@ class SimulateRequest:
         faithful_solver: replay the trace as Gavel's simulator does, with this interior-point
             solver (sim/faithful); None: our simulation.
         faithful_choices: with `faithful_solver`, the choices of Gavel's to keep.
+        unprofiled: GPU types the policy's table lacks, or ("all",) for no table at all: the
+            policy decides on estimates and a neutral prior and learns each job's rates as it
+            runs, while jobs run at the true table's (docs/throughput.md).
     """
 
     trace: str
@@ -64,6 +70,7 @@ class SimulateRequest:
     progress: bool = True
     faithful_solver: str | None = None
     faithful_choices: FaithfulChoices = GAVEL
+    unprofiled: tuple[str, ...] = ()
 
 
 def run_simulate(request: SimulateRequest, out: TextIO | None = None) -> list[SimResult]:
@@ -89,9 +96,19 @@ def run_simulate(request: SimulateRequest, out: TextIO | None = None) -> list[Si
         if request.throughputs is None
         else data_files.load_throughputs(request.throughputs)
     )
-    site = SiteData(table, data_files.shipped_gpu_types(), data_files.shipped_site_energy())
+    catalog = data_files.shipped_gpu_types()
+    # Jobs run at the table's rates, estimated for a type it lacks; a class it lacks is an error.
+    truth = with_estimates(table, catalog, prior=False)
+    site = SiteData(truth, catalog, data_files.shipped_site_energy())
     trace, trace_name = _load_trace(request, site)
     nodes = cluster_nodes(request.cluster, request.gpus_per_server)
+    learned = None
+    if request.unprofiled:
+        if forms:
+            raise ConfigError("--unprofiled: not with --gavel-faithful (Gavel knows every rate)")
+        seen = _hidden_table(table, request.unprofiled)
+        site = dataclasses.replace(site, table=with_estimates(seen, catalog))
+        learned = truth
     if forms:
         results = _run_faithful(request, forms, trace, trace_name, gpu_counts(nodes), site, out)
     else:
@@ -108,6 +125,7 @@ def run_simulate(request: SimulateRequest, out: TextIO | None = None) -> list[Si
                         request.settings,
                         trace_name=trace_name,
                         progress=bar,
+                        truth=learned,
                     )
                 )
     from slurm_hetsched.sim.report import format_compare_table, format_summary, write_plots
@@ -149,6 +167,19 @@ def _run_faithful(
         )
         for form in forms.values()
     ]
+
+
+def _hidden_table(table: ThroughputTable, unprofiled: Sequence[str]) -> ThroughputTable:
+    """The table the policy sees with `--unprofiled` (checked: known types, or `all`)."""
+    if tuple(unprofiled) == ("all",):
+        return without(table, every=True)
+    unknown = [t for t in unprofiled if t not in table.gpu_types]
+    if unknown:
+        raise ConfigError(
+            f"--unprofiled {','.join(unprofiled)}: {', '.join(unknown)} not a column of the "
+            f"throughput table ({', '.join(table.gpu_types)}); name its types, or `all`"
+        )
+    return without(table, unprofiled)
 
 
 def _check_outputs(request: SimulateRequest) -> None:

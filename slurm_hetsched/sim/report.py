@@ -56,6 +56,9 @@ def format_summary(result: SimResult) -> str:
         ("restart loss", f"{_num(result.restart_gpu_h, 2)} GPU-h"),
         ("wall time", f"{_num(result.wall_s, 1)} s"),
     ]
+    if result.estimates:
+        rows.insert(-1, ("estimates", result.estimates))
+        rows.insert(-1, ("exploration", f"{result.exploration_stints} stints"))
     width = max(len(name) for name, _ in rows)
     return "\n".join(f"{name:<{width}}  {value}" for name, value in rows)
 

@@ -117,6 +117,10 @@ class SimResult:
         completed: jobs finished.
         moves: sum of the jobs' moves (`moves_per_job` divides by the trace's jobs).
         restart_gpu_h: GPU-hours lost to restarts, over all jobs (their restart_gpu_s / 3600).
+        estimates: what the policy decided on that was estimated, not measured (the estimated
+            GPU types, the classes that started from the neutral prior); "" for none.
+        exploration_stints: (job, GPU type) stints given to classes in no table so that they
+            are measured there (core/explore.py); their moves are among `moves`.
     """
 
     policy: str
@@ -139,6 +143,8 @@ class SimResult:
     p99_jct_s: float
     moves: int
     restart_gpu_h: float
+    estimates: str = ""
+    exploration_stints: int = 0
 
     @property
     def moves_per_job(self) -> float:
@@ -164,6 +170,8 @@ class SimResult:
             "moves_per_job": _r(self.moves_per_job, 4),
             "restart_gpu_h": _r(self.restart_gpu_h, 4),
             "completed": self.completed,
+            "estimates": self.estimates or None,
+            "exploration_stints": self.exploration_stints,
             "rounds": self.rounds,
             "wall_s": _r(self.wall_s, 3),
             "jobs": [job.to_json() for job in self.jobs],

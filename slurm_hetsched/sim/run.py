@@ -24,10 +24,12 @@ from slurm_hetsched.core.costs import (
     tardiness_s,
     window_energy_kwh,
 )
+from slurm_hetsched.core.explore import ExploreSettings
 from slurm_hetsched.core.mechanism import GAVEL_MIN_RESET_INTERVAL_S, RoundOptions
 from slurm_hetsched.core.model import Node
 from slurm_hetsched.core.policies.base import Policy
 from slurm_hetsched.core.problem import SiteData
+from slurm_hetsched.core.throughput import ThroughputTable
 from slurm_hetsched.rounds.clocks import SimClock
 from slurm_hetsched.rounds.tick import Tick, TickSettings
 from slurm_hetsched.sim.cluster import SimulatedCluster, SimulationError
@@ -64,6 +66,7 @@ class SimSettings:
         round_options: the round mechanism's queue, work conservation and moves
             (docs/mechanism.md), as the live controller would be configured; its seed is
             replaced by `seed` and its restart_s by `restart_overhead_s`.
+        explore: stints of classes in no table on the types they could use (core/explore.py).
     """
 
     round_s: float = 360.0
@@ -73,6 +76,7 @@ class SimSettings:
     idle_nodes_on: bool = True
     seed: int = 0
     round_options: RoundOptions = field(default_factory=RoundOptions)
+    explore: ExploreSettings = field(default_factory=ExploreSettings)
 
 
 @dataclass(slots=True)
@@ -91,8 +95,13 @@ def simulate(
     *,
     trace_name: str = "trace",
     progress: ProgressCallback | None = None,
+    truth: ThroughputTable | None = None,
 ) -> SimResult:
     """Replay `trace` on `nodes` with `policy` until every job has finished.
+
+    `truth`, when given, is the table jobs really run at while the policy decides on
+    `site.table` (estimates, a prior: `hetsched simulate --unprofiled`) and learns from what
+    each job is measured doing, as live; None: the policy's table is the truth.
 
     Raises:
         TraceError: a job the throughput table cannot run on this cluster (all named).
@@ -103,14 +112,21 @@ def simulate(
     """
     settings = settings or SimSettings()
     counts = gpu_counts(tuple(nodes))
-    validate_trace(trace, site.table, tuple(counts), capacity=counts)
+    real = site.table if truth is None else truth
+    validate_trace(trace, real, tuple(counts), capacity=counts)
     by_class = check_restart_costs(
-        settings.restart_s_by_class, "restart costs by class (--restart-costs)", site.table.classes
+        settings.restart_s_by_class, "restart costs by class (--restart-costs)", real.classes
     )
     started = time.perf_counter()
     clock = SimClock()
     cluster = SimulatedCluster(
-        trace, nodes, site.table, clock, settings.restart_overhead_s, by_class
+        trace,
+        nodes,
+        real,
+        clock,
+        settings.restart_overhead_s,
+        by_class,
+        reports_rates=truth is not None,
     )
     store = MemoryStore()
     tick = Tick(
@@ -126,6 +142,7 @@ def simulate(
                 seed=settings.seed,
                 restart_s=settings.restart_overhead_s,
             ),
+            settings.explore,
         ),
     )
     run = _Run()
@@ -154,7 +171,7 @@ def simulate(
         else:
             run.idle_rounds = 0
         clock.sleep_until(round_start + settings.round_s)
-    outcome = Outcome(cluster.job_states(), cluster.intervals, run.rounds)
+    outcome = Outcome(cluster.job_states(), cluster.intervals, run.rounds, len(tick.explored))
     return sim_result(trace, nodes, policy.name, site, settings, outcome, trace_name, started)
 
 
@@ -167,11 +184,13 @@ class Outcome:
             `preemptions`, `moves`, `restart_s`, `restart_gpu_s`, `gpu_s`).
         intervals: what ran where and when.
         rounds: rounds simulated.
+        exploration_stints: (job, GPU type) stints of classes in no table.
     """
 
     states: Mapping[str, Any]
     intervals: Sequence[Interval]
     rounds: int
+    exploration_stints: int = 0
 
 
 def sim_result(
@@ -252,7 +271,23 @@ def sim_result(
         completed=len(jcts),
         moves=sum(r.moves for r in records),
         restart_gpu_h=sum(r.restart_gpu_s for r in records) / 3600.0,
+        estimates=estimates_note(site.table, counts, trace),
+        exploration_stints=outcome.exploration_stints,
     )
+
+
+def estimates_note(
+    table: ThroughputTable, counts: Mapping[str, int], trace: Sequence[TraceJob]
+) -> str:
+    """What of the run's decisions rested on estimates: '' when nothing did."""
+    parts = []
+    estimated = [t for t in sorted(counts) if t in table.estimated_types]
+    if estimated:
+        parts.append(f"{', '.join(estimated)} estimated from datasheet figures")
+    prior = sorted({job.job_class for job in trace if table.is_prior(job.job_class)})
+    if prior:
+        parts.append(f"{len(prior)} class(es) in no table started from the neutral prior")
+    return "; ".join(parts)
 
 
 def busy_samples(

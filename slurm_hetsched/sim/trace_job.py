@@ -7,6 +7,7 @@ import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from slurm_hetsched.core.jobspec import MEM_GIB_MAX
 from slurm_hetsched.core.model import Job
 from slurm_hetsched.errors import TraceError
 from slurm_hetsched.sim.restart_costs import MAX_RESTART_S, is_restart_s
@@ -31,6 +32,8 @@ class TraceJob:
             placement policy such as ANDREAS chooses); () = num_gpus only.
         restart_s: what one move costs the job (seconds without progress, 0 to a day), or
             None for the simulation's default (sim/restart_costs.py). Gavel's format has none.
+        mem_gib: GPU memory one GPU of the job needs (GiB, as the job spec's `mem=`), or None;
+            GPU types with less are ruled out for it (core/memory_fit.py).
         source: the file (or other origin) the job came from, for messages only.
         line: its line in `source` (1-based), or None; for messages only.
     """
@@ -47,6 +50,7 @@ class TraceJob:
     slo_s: float | None = None
     allowed_gpus: tuple[int, ...] = ()
     restart_s: float | None = None
+    mem_gib: float | None = None
     source: str = field(default="", compare=False)
     line: int | None = field(default=None, compare=False)
 
@@ -70,6 +74,8 @@ class TraceJob:
              list(self.allowed_gpus), f"distinct ascending counts from num_gpus ({self.num_gpus})"),
             (self.restart_s is None or is_restart_s(self.restart_s), "restart_s", self.restart_s,
              f"none or seconds from 0 to {MAX_RESTART_S:.0f} (a day)"),
+            (self.mem_gib is None or (_finite(self.mem_gib) and 0 < self.mem_gib <= MEM_GIB_MAX),
+             "mem_gib", self.mem_gib, f"none or GiB above 0 up to {MEM_GIB_MAX:g}"),
         )  # fmt: skip
         for ok, key, value, expected in checks:
             if not ok:
@@ -102,6 +108,7 @@ class TraceJob:
             slo_s=self.slo_s,
             allowed_gpus=self.allowed_gpus,
             restart_s=self.restart_s if restart_s is None else restart_s,
+            mem_gib=self.mem_gib,
         )
 
 

@@ -28,6 +28,7 @@ KEYS = (
     "slo_s",
     "allowed_gpus",
     "restart_s",
+    "mem_gib",
 )
 REQUIRED_KEYS = ("arrival_s", "class", "steps")
 
@@ -38,7 +39,8 @@ def parse_jsonl(text: str, *, source: str = "<string>") -> Trace:
     Required: arrival_s, class, steps. Optional: id (default: the job's 0-based position),
     num_gpus (1, or the smallest of allowed_gpus), weight (1), account (""), due_s,
     tardiness_weight (0), slo_s, allowed_gpus (a list of GPU counts), restart_s (seconds one
-    move costs the job; none: the simulation's default); null means the default.
+    move costs the job; none: the simulation's default), mem_gib (GPU memory one GPU of the
+    job needs, GiB; none: unknown); null means the default.
     Unknown keys are rejected.
 
     Raises:
@@ -172,6 +174,7 @@ def _record_job(
         slo_s=optional("slo_s"),
         allowed_gpus=allowed,
         restart_s=optional("restart_s"),
+        mem_gib=optional("mem_gib"),
         source=source,
         line=lineno,
     )
@@ -209,6 +212,7 @@ def _record(job: TraceJob) -> dict[str, Any]:
         "slo_s": job.slo_s,
         "allowed_gpus": list(job.allowed_gpus) if job.allowed_gpus else None,
         "restart_s": job.restart_s,
+        "mem_gib": job.mem_gib,
     }
 
 

@@ -103,7 +103,7 @@ def state_from_json(d: Mapping[str, Any]) -> RoundState:
 
 
 def plan_to_json(p: RoundPlan) -> dict[str, Any]:
-    return {
+    out = {
         "round": p.round,
         "keep": _placements_to_json(p.keep),
         "move": _placements_to_json(p.move),
@@ -114,6 +114,9 @@ def plan_to_json(p: RoundPlan) -> dict[str, Any]:
         "set_aside": dict(p.set_aside),
         "held": dict(p.held),
     }
+    if p.exploring:  # only while a class in no table explores: older plans stay as they were
+        out["exploring"] = dict(p.exploring)
+    return out
 
 
 def plan_from_json(d: Mapping[str, Any]) -> RoundPlan:
@@ -127,6 +130,7 @@ def plan_from_json(d: Mapping[str, Any]) -> RoundPlan:
         reset=bool(d["reset"]),
         set_aside={str(k): str(v) for k, v in (d.get("set_aside") or {}).items()},
         held={str(k): str(v) for k, v in (d.get("held") or {}).items()},
+        exploring={str(k): str(v) for k, v in (d.get("exploring") or {}).items()},
     )
 
 
@@ -194,6 +198,7 @@ def snapshot_to_json(s: ClusterSnapshot) -> dict[str, Any]:
                 "allowed_gpus": list(j.allowed_gpus),
                 "measured_steps_per_s": dict(j.measured_steps_per_s),
                 "restart_s": j.restart_s,
+                "mem_gib": j.mem_gib,  # absent in older stores: None
             }
             for j in s.jobs
         ],

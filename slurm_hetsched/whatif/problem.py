@@ -14,18 +14,20 @@ from typing import Any
 import numpy as np
 
 from slurm_hetsched.core.catalog import merge_gpu_types, parse_gpu_types, parse_site_energy
-from slurm_hetsched.core.costs import EnergyModel
+from slurm_hetsched.core.costs import EnergyModel, SiteEnergy
 from slurm_hetsched.core.model import (
     Account,
     AccountPolicy,
     GpuSlice,
+    GpuType,
     InvalidProblemError,
     Node,
     Placement,
     Problem,
 )
 from slurm_hetsched.core.throughput import ThroughputTable
-from slurm_hetsched.data_files import shipped_gpu_types, shipped_site_energy
+from slurm_hetsched.core.throughput.prior import with_estimates
+from slurm_hetsched.data_files import shipped_gpu_types, shipped_site_energy, shipped_throughputs
 from slurm_hetsched.whatif.fields import (
     check_keys,
     check_types,
@@ -65,6 +67,26 @@ _SLICE_KEYS = {"node", "type", "count"}
 _ACCOUNT_KEYS = {"weight", "policy"}
 
 
+def _catalog(data: Mapping[str, Any]) -> tuple[dict[str, GpuType], SiteEnergy]:
+    """The shipped GPU types and site energy with the problem's `gpu_types` over them."""
+    catalog = shipped_gpu_types()
+    site = shipped_site_energy()
+    if "gpu_types" in data:
+        overrides = object_at(data, "gpu_types", "problem")
+        catalog = merge_gpu_types(catalog, parse_gpu_types(overrides))
+        site = parse_site_energy(overrides, base=site)
+    return catalog, site
+
+
+def decision_table(data: Mapping[str, Any], table: ThroughputTable | None) -> ThroughputTable:
+    """The table jobs given by `class` are read from: `table` (default the shipped one) with
+    estimates for the types it lacks and a neutral row for classes it does not know, from the
+    figures of the shipped GPU types and the problem's own `gpu_types`
+    (core/throughput/prior.py)."""
+    catalog, _ = _catalog(data)
+    return with_estimates(table or shipped_throughputs(), catalog)
+
+
 def parse_problem(data: Mapping[str, Any], table: ThroughputTable | None = None) -> Problem:
     """The what-if JSON -> a Problem (see run_allocate). Raises InvalidProblemError."""
     check_keys(data, _PROBLEM_KEYS, "problem")
@@ -79,15 +101,11 @@ def parse_problem(data: Mapping[str, Any], table: ThroughputTable | None = None)
     num_gpus = np.array(
         [_num_gpus(job, a) for job, a in zip(jobs, allowed, strict=True)], dtype=np.int64
     )
+    catalog, site = _catalog(data)
+    table = decision_table(data, table)
     throughput = np.array(
         [throughput_row(job, n, gpu_types, table) for job, n in zip(jobs, num_gpus, strict=True)]
     ).reshape(len(jobs), len(gpu_types))
-    catalog = shipped_gpu_types()
-    site = shipped_site_energy()
-    if "gpu_types" in data:
-        overrides = object_at(data, "gpu_types", "problem")
-        catalog = merge_gpu_types(catalog, parse_gpu_types(overrides))
-        site = parse_site_energy(overrides, base=site)
     prices = [catalog[t].price_per_hour if t in catalog else None for t in gpu_types]
     any_allowed = any(a is not None for a in allowed)
     return Problem(

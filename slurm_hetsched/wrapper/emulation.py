@@ -11,8 +11,10 @@ so the controller's measurements and moves can be demonstrated. Never turn it on
 training: it only ever slows a job down.
 
 The job's class comes from HETSCHED_JOB_CLASS, else from `class=` in the job's Slurm comment
-(the job spec). Anything missing (unknown GPU type or class) turns the emulation off with a
-warning; it never stops training.
+(the job spec). HETSCHED_EMULATE_RATES (e.g. `v100=3,p100=2,k80=1`) replaces the table's rates
+with the speeds it names, whatever the class, so a class that is in no table can be emulated
+(`hetsched profile`'s test, jobs of an unknown class). Anything missing (unknown GPU type or
+class) turns the emulation off with a warning; it never stops training.
 """
 
 from __future__ import annotations
@@ -94,36 +96,47 @@ def build_step_stretch(
     """The stretch for this job, or None (with a warning saying why) when it cannot be had.
 
     Args:
-        env: the job's environment (job class, job id).
+        env: the job's environment (job class, job id; `emulate_rates`, when set, are the
+            speeds to emulate, and neither the class nor the table is consulted).
         gpu_type: the type the job runs on.
         num_gpus: the job's GPUs (its row of the table).
         rates, job_class: the table and the Slurm lookup; injected by tests.
     """
-    name = env.job_class or job_class(env.job_id)
-    if not name:
-        logger.warning(
-            "EMULATION off: no job class; set HETSCHED_JOB_CLASS or class= in the job's comment"
-        )
-        return None
-    try:
-        per_type = rates(name, max(1, num_gpus))
-    except Exception as exc:  # unknown class, unreadable table: never stop training for it
-        logger.warning("EMULATION off: no throughputs for class %r: %s", name, exc)
-        return None
+    if env.emulate_rates is not None:
+        who, origin, unit = "the job", "relative speeds of HETSCHED_EMULATE_RATES", ""
+        per_type: Mapping[str, float] = dict(env.emulate_rates)
+    else:
+        name = env.job_class or job_class(env.job_id)
+        who, origin, unit = f"class {name!r}", "Gavel's table", " steps/s"
+        if not name:
+            logger.warning(
+                "EMULATION off: no job class; set HETSCHED_JOB_CLASS or class= in the job's "
+                "comment (or the speeds in HETSCHED_EMULATE_RATES)"
+            )
+            return None
+        try:
+            per_type = rates(name, max(1, num_gpus))
+        except Exception as exc:  # unknown class, unreadable table: never stop training for it
+            logger.warning("EMULATION off: no throughputs for class %r: %s", name, exc)
+            return None
     mine = per_type.get(gpu_type, 0.0)
     fastest_type = max(per_type, key=lambda t: per_type[t], default=None)
     if fastest_type is None or mine <= 0:
-        logger.warning("EMULATION off: class %r has no throughput on GPU type %r", name, gpu_type)
+        logger.warning(
+            "EMULATION off: %s has no throughput on GPU type %r (%s)", who, gpu_type, origin
+        )
         return None
     factor = per_type[fastest_type] / mine
     logger.warning(
-        "EMULATION on (HETSCHED_EMULATE_GPU_SPEED): every step is stretched x%.2f: %r runs "
-        "%.3g steps/s on %s vs %.3g on %s (Gavel's table)",
+        "EMULATION on (HETSCHED_EMULATE_GPU_SPEED): every step is stretched x%.2f: %s runs "
+        "%.3g%s on %s vs %.3g on %s (%s)",
         factor,
-        name,
+        who,
         mine,
+        unit,
         gpu_type,
         per_type[fastest_type],
         fastest_type,
+        origin,
     )
     return StepStretch(factor)

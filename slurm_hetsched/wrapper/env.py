@@ -21,13 +21,17 @@ Variables (all optional):
     HETSCHED_KEEP_CHECKPOINTS                  committed checkpoints kept (3)
     HETSCHED_PROGRESS_EVERY_S                  progress.json cadence (5 s)
     HETSCHED_EMULATE_GPU_SPEED                 1 = stretch steps by the GPU type's speed (off)
+    HETSCHED_EMULATE_RATES                     e.g. v100=3,k80=1: the speeds it emulates, instead
+                                               of the shipped table's (needs the knob above)
     HETSCHED_JOB_CLASS                         job class for the emulation (else the comment)
     HETSCHED_TEST_CHECKPOINT_STALL_S           TEST HOOK: stall each checkpoint write (0)
 """
 
 from __future__ import annotations
 
+import math
 import os
+import re
 import signal
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -46,6 +50,12 @@ DEFAULT_PROGRESS_EVERY_S = 5.0
 LOCAL_JOB_KEY = "local"
 _OFF = {"", "0", "no", "false", "off", "none"}
 _ON = {"1", "yes", "true", "on"}
+# HETSCHED_EMULATE_RATES: bounded, so a stray value cannot make the wrapper parse megabytes.
+_RATES_MAX_CHARS = 4096
+_RATES_MAX_TYPES = 64
+_RATE_MAX = 1e9
+_GPU_TYPE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,63}")  # a Slurm GRES type
+_SPEED = re.compile(r"([0-9]{1,20}(\.[0-9]{0,20})?|\.[0-9]{1,20})([eE][+-]?[0-9]{1,3})?")
 
 
 class WrapperConfigError(ConfigError):
@@ -81,6 +91,42 @@ def parse_signal(value: str, variable: str = "HETSCHED_SIGNAL") -> signal.Signal
     return sig
 
 
+def parse_emulate_rates(
+    value: str, variable: str = "HETSCHED_EMULATE_RATES"
+) -> tuple[tuple[str, float], ...] | None:
+    """GPU type -> relative speed from 'v100=3,p100=2,k80=1'; None for an empty value.
+
+    Only the ratios matter: the emulation stretches each step by fastest / this type's.
+
+    Raises:
+        WrapperConfigError: not a comma-separated list of TYPE=NUMBER, a type named twice, a
+            speed that is not a finite number in (0, 1e9], or more than 64 types or 4096
+            characters.
+    """
+    text = value.strip()
+    if not text:
+        return None
+    form = f"expected TYPE=SPEED,... e.g. v100=3,p100=2,k80=1 (each speed > 0, <= {_RATE_MAX:g})"
+    if len(text) > _RATES_MAX_CHARS:
+        raise WrapperConfigError(f"{variable} is longer than {_RATES_MAX_CHARS} characters")
+    items = text.split(",")
+    if len(items) > _RATES_MAX_TYPES:
+        raise WrapperConfigError(f"{variable} names more than {_RATES_MAX_TYPES} GPU types")
+    rates: dict[str, float] = {}
+    for item in items:
+        gpu_type, sep, number = (part.strip() for part in item.partition("="))
+        if not sep or not _GPU_TYPE.fullmatch(gpu_type):
+            raise WrapperConfigError(f"{variable}: {item.strip()!r} is not TYPE=SPEED; {form}")
+        if gpu_type in rates:
+            raise WrapperConfigError(f"{variable}: GPU type {gpu_type!r} is given twice")
+        # ASCII digits only: float() also takes '1_0', 'nan' and other scripts' digits.
+        speed = float(number) if _SPEED.fullmatch(number) else math.nan
+        if not (math.isfinite(speed) and 0 < speed <= _RATE_MAX):
+            raise WrapperConfigError(f"{variable}: {gpu_type}={number!r}: {form}")
+        rates[gpu_type] = speed
+    return tuple(rates.items())
+
+
 @dataclass(frozen=True, slots=True)
 class JobEnvironment:
     """Everything the wrapper needs to know about the job it runs in.
@@ -99,6 +145,8 @@ class JobEnvironment:
         keep_checkpoints: how many committed checkpoints are kept.
         progress_every_s: how often progress.json is rewritten.
         emulate_gpu_speed: stretch steps by the assigned GPU type's speed (CPU demos only).
+        emulate_rates: (GPU type, relative speed) pairs the emulation uses instead of the
+            shipped table's rates for the job's class; None = the table.
         job_class: the throughput-table class used by the emulation; None = ask Slurm.
         test_checkpoint_stall_s: TEST HOOK; seconds each checkpoint write stalls before its
             commit, so a test can kill the job in the middle of a write. 0 in real use.
@@ -120,6 +168,7 @@ class JobEnvironment:
     keep_checkpoints: int = DEFAULT_KEEP_CHECKPOINTS
     progress_every_s: float = DEFAULT_PROGRESS_EVERY_S
     emulate_gpu_speed: bool = False
+    emulate_rates: tuple[tuple[str, float], ...] | None = None
     job_class: str | None = None
     test_checkpoint_stall_s: float = 0.0
 
@@ -146,6 +195,14 @@ class JobEnvironment:
             check_job_key(job_key, "HETSCHED_JOB_KEY")
         except JobSpecError as exc:
             raise WrapperConfigError(str(exc)) from None
+        emulate = _flag(env, "HETSCHED_EMULATE_GPU_SPEED")
+        emulate_rates = parse_emulate_rates(env.get("HETSCHED_EMULATE_RATES", ""))
+        if emulate_rates is not None and not emulate:
+            # Set alone it would change nothing, silently: a test or demo would run unemulated.
+            raise WrapperConfigError(
+                "HETSCHED_EMULATE_RATES is set but HETSCHED_EMULATE_GPU_SPEED is not 1: set "
+                "both to emulate those speeds, or neither"
+            )
         return cls(
             job_id=job_id,
             job_key=job_key,
@@ -166,7 +223,8 @@ class JobEnvironment:
                 1, _int(env, "HETSCHED_KEEP_CHECKPOINTS", DEFAULT_KEEP_CHECKPOINTS)
             ),
             progress_every_s=_float(env, "HETSCHED_PROGRESS_EVERY_S", DEFAULT_PROGRESS_EVERY_S),
-            emulate_gpu_speed=_flag(env, "HETSCHED_EMULATE_GPU_SPEED"),
+            emulate_gpu_speed=emulate,
+            emulate_rates=emulate_rates,
             job_class=env.get("HETSCHED_JOB_CLASS") or None,
             test_checkpoint_stall_s=_float(env, "HETSCHED_TEST_CHECKPOINT_STALL_S", 0.0),
         )

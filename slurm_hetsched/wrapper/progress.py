@@ -3,7 +3,8 @@
 progress.json (rewritten atomically every few seconds by rank 0):
     job_key, job_id, step, total_steps, steps_per_s (over a sliding window; null until
     measured), gpu_type, num_gpus, node, updated_at (Unix seconds); also restart_count and
-    status ("running", "paused", "done", "stopped").
+    status ("running", "paused", "done", "stopped"); and peak_mem_gib, the most GPU memory
+    PyTorch allocated on this process's current device so far (GiB; null without CUDA).
 ack.json (atomic, after the checkpoint the signal asked for is committed):
     job_id, restart_count, step, checkpoint (the folder name, e.g. "ckpt-120"), written_at.
 The controller accepts an ack only if job_id and restart_count match and written_at is after
@@ -16,12 +17,13 @@ resume_request.json (written by the controller when it calls a move off after th
     job_id, restart_count, requested_at. A job paused after its ack trains on at once instead
     of waiting out its lease.
 
-Usable from any Python program; no PyTorch needed.
+Usable from any Python program; no PyTorch needed (it is read only when the program loaded it).
 """
 
 from __future__ import annotations
 
 import logging
+import sys
 import time
 from collections import deque
 from collections.abc import Callable
@@ -43,6 +45,7 @@ __all__ = [
     "Ack",
     "ProgressReporter",
     "checkpoint_requested",
+    "peak_mem_gib",
     "read_ack",
     "read_progress",
     "resume_requested",
@@ -54,6 +57,8 @@ logger = logging.getLogger(__name__)
 DEFAULT_WINDOW_S = 60.0
 # A rate needs samples at least this far apart, so the first seconds do not report noise.
 _MIN_SPAN_S = 1.0
+# Whether reading the peak GPU memory failed already: said once, not every few seconds.
+_peak_failed = [False]
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,6 +124,31 @@ def resume_requested(state_dir: Path, job_id: str | None, restart_count: int, si
         and isinstance(at, int | float)
         and at >= since
     )
+
+
+def peak_mem_gib() -> float | None:
+    """The most GPU memory PyTorch allocated on this process's current CUDA device so far, in
+    GiB; None when the program has not loaded torch (it then allocated nothing through it),
+    CUDA is unused, or anything fails: a memory figure must never stop training.
+
+    torch is only looked up, never imported: importing it takes seconds, and a program that
+    trains with it has loaded it long before its first progress report.
+    """
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return None
+    try:
+        # Only an initialised device has a peak; asking an uninitialised one would create a
+        # CUDA context for nothing.
+        if not (torch.cuda.is_available() and torch.cuda.is_initialized()):
+            return None
+        peak = float(torch.cuda.max_memory_allocated()) / 2**30
+    except Exception as exc:  # any failure of torch or the driver: no figure this time
+        if not _peak_failed[0]:
+            _peak_failed[0] = True
+            logger.warning("cannot read the peak GPU memory (reported as null): %s", exc)
+        return None
+    return round(peak, 6) if peak > 0 else None
 
 
 def read_progress(state_dir: Path) -> dict[str, Any] | None:
@@ -203,6 +233,7 @@ class ProgressReporter:
             "node": self.env.node,
             "status": status,
             "updated_at": self._wall(),
+            "peak_mem_gib": peak_mem_gib(),
         }
         try:
             write_json_atomic(self.path, payload)

@@ -6,8 +6,10 @@ round; one comment must never stop scheduling for everyone. So:
    JobSpecError with a short single-line message, never anything else;
 2. every spec it accepts, at every bound (steps 1 and STEPS_MAX, weight WEIGHT_MIN and
    WEIGHT_MAX, tw 0 and TW_MAX, due ten years either side of now, gpus 1 and the cluster's
-   largest node), gives a problem every registered policy solves, and a round plan the round
-   mechanism makes, next to ordinary jobs and to other jobs at their bounds.
+   largest node, mem from its smallest value up to the most memory a type that can run the job
+   has), gives a problem every registered policy solves, and a round plan the round mechanism
+   makes, next to ordinary jobs and to other jobs at their bounds; and neither the allocation
+   nor the plan ever gives a job a type with less memory than its `mem=`.
 """
 
 from __future__ import annotations
@@ -74,6 +76,7 @@ def check_outcome(comment: str, now_s: float, local_tz: tzinfo) -> JobSpec | Non
     assert spec.gpus is None or 1 <= spec.gpus <= jobspec.GPUS_MAX
     assert spec.key is None or jobspec.valid_job_key(spec.key)
     assert 0 <= spec.copy <= jobspec.COPY_MAX
+    assert spec.mem_gib is None or 0 < spec.mem_gib <= jobspec.MEM_GIB_MAX
     return spec
 
 
@@ -127,6 +130,7 @@ INSIDE = {
     "gpus": ["1", str(jobspec.GPUS_MAX), "0001"],
     "key": ["a", "k" * jobspec.JOB_KEY_MAX, "a.", "1_2", "-", "+"],
     "copy": ["0", str(jobspec.COPY_MAX), "0000"],
+    "mem": ["1e-300", "0.001G", "4096", "4096GiB", "4096.0G", "+4.096e3", "40G", " 12.5 "],
 }
 OUTSIDE = {
     "class": ["", "c" * (jobspec.CLASS_MAX + 1), "A\x00", "A\tB", "A\x7f"],
@@ -137,6 +141,7 @@ OUTSIDE = {
     "gpus": ["0", str(jobspec.GPUS_MAX + 1), "00001", "1.0"],
     "key": ["", "k" * (jobspec.JOB_KEY_MAX + 1), ".a", ".", "..", "a/b", "a b"],
     "copy": ["-1", str(jobspec.COPY_MAX + 1), "00000", "1e2"],
+    "mem": ["0", "0G", "-1", "4096.000001", "4097GiB", "1e-400", "40GB", "40 G", "nan", "inf"],
 }
 
 
@@ -225,8 +230,8 @@ def clusters(draw: st.DrawFn) -> tuple[Node, ...]:
 
 
 def spec_job(spec: JobSpec, key: str, num_gpus: int, arrival_s: float) -> Job:
-    """The model job of a spec as the controller builds it (controller/jobview.py
-    `_model_job`, before any progress report)."""
+    """The model job of a spec as the controller builds it (controller/snapshot.py
+    `snapshot_job`, before any progress report)."""
     steps = None if spec.steps is None else float(spec.steps)
     return Job(
         key=key,
@@ -238,13 +243,23 @@ def spec_job(spec: JobSpec, key: str, num_gpus: int, arrival_s: float) -> Job:
         arrival_s=arrival_s,
         due_s=spec.due_s,
         tardiness_weight=spec.tardiness_weight,
+        mem_gib=spec.mem_gib,
     )
 
 
+def memory_of(gpu_type: str) -> float:
+    mem_gib = SITE.gpu_types[gpu_type].mem_gib
+    assert mem_gib is not None, f"the shipped catalog gives {gpu_type}'s memory"
+    return mem_gib
+
+
 @st.composite
-def bounded_spec_texts(draw: st.DrawFn, job_class: str, num_gpus: int) -> str:
+def bounded_spec_texts(
+    draw: st.DrawFn, job_class: str, num_gpus: int, room: float = jobspec.MEM_GIB_MAX
+) -> str:
     """A spec for `job_class` on `num_gpus` GPUs with every field at a bound or inside,
-    written as users might (exponents, '+', spaces)."""
+    written as users might (exponents, '+', spaces); `mem=` (if drawn) at most `room` GiB,
+    the most memory of a type that can run the job."""
     steps = draw(
         st.one_of(st.sampled_from([1, jobspec.STEPS_MAX]), st.integers(1, jobspec.STEPS_MAX))
     )
@@ -274,6 +289,10 @@ def bounded_spec_texts(draw: st.DrawFn, job_class: str, num_gpus: int) -> str:
         pairs.append(f"gpus={num_gpus}")
     if draw(st.booleans()):
         pairs.append(f"copy={draw(st.sampled_from([0, jobspec.COPY_MAX]))}")
+    if draw(st.booleans()):
+        # The smallest need, exactly the room (fits), or in between: types below are ruled out.
+        mem = draw(st.one_of(st.sampled_from([1e-9, room]), st.floats(1e-9, room)))
+        pairs.append(f"mem={mem!r}{draw(st.sampled_from(['', 'G', 'GiB']))}")
     order = draw(st.permutations(pairs))
     return "hetsched:" + " ; ".join(order)
 
@@ -294,7 +313,13 @@ def bounded_cases(draw: st.DrawFn) -> ClusterSnapshot:
     for m in range(draw(st.integers(1, 3))):
         g = draw(st.sampled_from(sorted({1, largest} & set(counts)) or counts))
         job_class = draw(st.sampled_from(runnable_classes(g, capacity)))
-        text = draw(bounded_spec_texts(job_class, g))
+        rates = TABLE.row(job_class, g, TYPES)
+        room = max(
+            memory_of(t)
+            for t, rate in zip(TYPES, rates, strict=True)
+            if rate > 0 and capacity.get(t, 0) >= g
+        )
+        text = draw(bounded_spec_texts(job_class, g, room))
         spec = parse_job_spec(text, local_tz=UTC, now_s=NOW_S)  # must be accepted
         jobs.append(spec_job(spec, f"s{m}", g, NOW_S - draw(st.sampled_from([0.0, 3600.0]))))
     for m in range(draw(st.integers(1, 3))):
@@ -306,8 +331,9 @@ def bounded_cases(draw: st.DrawFn) -> ClusterSnapshot:
 
 
 def assert_solved(name: str, snapshot: ClusterSnapshot) -> Allocation:
-    """`name` solves the snapshot's problem: shares finite in [0, 1] within capacity, and the
-    round mechanism turns the allocation into a plan that fits the free GPUs."""
+    """`name` solves the snapshot's problem: shares finite in [0, 1] within capacity, none on
+    a type with less memory than the job needs, and the round mechanism turns the allocation
+    into a plan that fits the free GPUs and places no job where it cannot fit."""
     problem = build_problem(snapshot, SITE)
     policy = get_policy(name)
     alloc = policy.allocate(problem)
@@ -317,6 +343,11 @@ def assert_solved(name: str, snapshot: ClusterSnapshot) -> Allocation:
     assert (x.sum(axis=1) <= 1 + TOL).all()
     assert (problem.num_gpus @ x <= problem.capacity + TOL).all()
     assert np.isfinite(alloc.objective) or (name in INF_OBJECTIVE and alloc.objective == np.inf)
+    need = {job.key: job.mem_gib or 0.0 for job in snapshot.jobs}
+    too_small = np.array(
+        [[need[j] > memory_of(t) for t in problem.gpu_types] for j in problem.job_ids]
+    ).reshape(x.shape)
+    assert (x[too_small] <= TOL).all()
     plan, _ = plan_round(
         alloc,
         RoundState.initial(snapshot.gpu_types),
@@ -324,9 +355,11 @@ def assert_solved(name: str, snapshot: ClusterSnapshot) -> Allocation:
         ROUND_S,
         options=round_options_for(policy, RoundOptions()),
         table=TABLE,
+        catalog=SITE.gpu_types,
     )
     left = {(n.name, t): n.free_gpus(t) for n in snapshot.nodes for t in n.gpus}
-    for placement in plan.placements.values():
+    for job_id, placement in plan.placements.items():
+        assert need[job_id] <= memory_of(placement.gpu_types[0]), (job_id, placement)
         for piece in placement.slices:
             left[piece.node, piece.gpu_type] -= piece.count
     assert min(left.values()) >= 0, left

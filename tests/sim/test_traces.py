@@ -11,6 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from slurm_hetsched.core.jobspec import MEM_GIB_MAX
 from slurm_hetsched.core.model import InvalidProblemError, Job
 from slurm_hetsched.core.throughput import ThroughputTable
 from slurm_hetsched.data_files import shipped_throughputs
@@ -434,6 +435,7 @@ def trace_jobs(draw: st.DrawFn) -> tuple[TraceJob, ...]:
                 slo_s=draw(st.none() | finite.filter(lambda s: s > 0)),
                 allowed_gpus=(num_gpus, *sorted(extra)) if extra else (),
                 restart_s=draw(st.none() | st.floats(0, 86_400, allow_nan=False)),
+                mem_gib=draw(st.none() | st.floats(1e-6, MEM_GIB_MAX, allow_nan=False)),
             )
         )
     return tuple(jobs)
@@ -470,6 +472,24 @@ def test_to_job() -> None:
 
 
 # ----------------------------------------------------------------------------------------------
+# mem_gib: the GPU memory one GPU of the job needs, as the job spec's mem=
+
+
+def test_mem_gib_is_read_in_both_formats_and_reaches_the_job() -> None:
+    (jsonl,) = parse_jsonl('{"arrival_s": 0, "class": "A3C", "steps": 5, "mem_gib": 13.5}')
+    (row,) = parse_csv("arrival_s,class,steps,mem_gib\n0,A3C,5,13.5\n")
+    assert jsonl == row and row.mem_gib == 13.5 and row.to_job().mem_gib == 13.5
+    (absent,) = parse_csv("arrival_s,class,steps,mem_gib\n0,A3C,5,\n")
+    assert absent.mem_gib is None and absent.to_job().mem_gib is None
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "4097", "1e999", '"lots"', "true"])
+def test_a_mem_gib_out_of_bounds_is_refused_naming_the_line(value: str) -> None:
+    with pytest.raises(TraceError, match=r"<string>, line 1.*mem_gib"):
+        parse_jsonl(f'{{"arrival_s": 0, "class": "A3C", "steps": 5, "mem_gib": {value}}}')
+
+
+# ----------------------------------------------------------------------------------------------
 # allowed_gpus: the GPU counts a placement policy (ANDREAS) may choose from
 
 
@@ -482,7 +502,7 @@ def test_allowed_gpus_round_trip_in_both_formats(tmp_path: Path) -> None:
     assert '"allowed_gpus": [1, 2, 4]' in jsonl.splitlines()[0]
     assert '"allowed_gpus": null' in jsonl.splitlines()[1]
     csv_text = format_trace(trace, "csv")
-    assert csv_text.splitlines()[1].endswith(",1;2;4,")  # restart_s last, empty
+    assert csv_text.splitlines()[1].endswith(",1;2;4,,")  # restart_s and mem_gib empty
     assert csv_text.splitlines()[2].endswith(",,")
     for suffix in (".jsonl", ".csv"):
         write_trace(tmp_path / f"t{suffix}", trace)

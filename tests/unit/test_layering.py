@@ -152,6 +152,8 @@ MAY_IMPORT: dict[str, set[str]] = {
     "controller": {"core", "data_files", "errors", "rounds", "slurm", "statefolder", "store"},
     "wrapper": {"core", "data_files", "errors", "slurm", "statefolder"},
     "devcluster": {"errors", "nodelayout", "slurm"},
+    # `hetsched profile`: submits through Slurm, reads reports as the controller does.
+    "profiling": {"controller", "core", "data_files", "errors", "slurm"},
     "cli": {
         "allocate",
         "controller",
@@ -160,6 +162,7 @@ MAY_IMPORT: dict[str, set[str]] = {
         "devcluster",
         "errors",
         "nodelayout",
+        "profiling",
         "rounds",
         "sim",
         "slurm",

@@ -121,6 +121,10 @@ class Job:
             checkpoint signal to training again (checkpoint, requeue, restore); measured live
             (docs/mechanism.md, "Restart cost"), per job class or trace job in simulation.
             None: unknown, the round mechanism takes its default (`RoundOptions.restart_s`).
+        mem_gib: GPU memory one GPU of the job needs, in GiB (> 0): the larger of its spec's
+            `mem=` and the peak its progress reports measured (live), or the trace's
+            `mem_gib`; GPU types with less memory are ruled out (core/memory_fit.py). None:
+            unknown, no type is ruled out.
     """
 
     key: str
@@ -140,6 +144,7 @@ class Job:
     allowed_gpus: tuple[int, ...] = ()
     measured_steps_per_s: Mapping[str, float] = field(default_factory=lambda: EMPTY)
     restart_s: float | None = None
+    mem_gib: float | None = None
 
     def __post_init__(self) -> None:
         set_field(self, "received_s", frozen_mapping(self.received_s))
@@ -165,6 +170,11 @@ class Job:
             raise InvalidProblemError(
                 f"job {self.key!r}: restart cost {self.restart_s} s; expected a finite number "
                 "of seconds >= 0"
+            )
+        if self.mem_gib is not None and not (math.isfinite(self.mem_gib) and self.mem_gib > 0):
+            raise InvalidProblemError(
+                f"job {self.key!r}: memory need {self.mem_gib} GiB; expected a finite number "
+                "of GiB > 0"
             )
 
     def with_steps_remaining(self, steps_remaining: float) -> Job:

@@ -114,6 +114,9 @@ class RoundPlan:
             on without it). Never placed, kept or stopped; the cluster hands it back.
         held: job -> why it stays on its GPUs although the plain mechanism would have moved or
             stopped it (amortized moves, docs/mechanism.md); such a job is also in `keep`.
+        exploring: job of a class in no table -> its exploration stint this round, as
+            `core.explore.Stint.to_text` writes it ('k80;0;': the type it is to be measured on,
+            rounds waited, types given up).
     """
 
     round: int
@@ -125,9 +128,10 @@ class RoundPlan:
     reset: bool = False
     set_aside: Mapping[str, str] = field(default_factory=lambda: EMPTY)
     held: Mapping[str, str] = field(default_factory=lambda: EMPTY)
+    exploring: Mapping[str, str] = field(default_factory=lambda: EMPTY)
 
     def __post_init__(self) -> None:
-        for name in ("keep", "move", "start", "priority", "set_aside", "held"):
+        for name in ("keep", "move", "start", "priority", "set_aside", "held", "exploring"):
             set_field(self, name, frozen_mapping(getattr(self, name)))
         set_field(self, "stop", tuple(self.stop))
 

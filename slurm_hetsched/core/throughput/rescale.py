@@ -99,3 +99,24 @@ def rescale_row(
     estimate[unmeasured] = profile[unmeasured] * factor
     estimate.flags.writeable = False
     return RescaledRow(steps_per_s=estimate, factor=factor, outliers=tuple(outliers))
+
+
+def prior_scaled(
+    prior: np.ndarray, gpu_types: Sequence[str], measured: Mapping[str, float]
+) -> np.ndarray:
+    """A neutral prior row (a class in no table) moved to the scale of the job's measurements:
+    times the geometric mean of measured / prior over the measured types where both are
+    positive and finite; unchanged without such a type. Not clipped: the prior says nothing
+    of a class's scale, only of the ratios between types, which `rescale_row` then learns
+    within its bounds."""
+    ratios = [
+        math.log(value / prior[i])
+        for i, t in enumerate(gpu_types)
+        if (value := measured.get(t)) is not None
+        and math.isfinite(value)
+        and value > 0
+        and prior[i] > 0
+    ]
+    if not ratios:
+        return np.asarray(prior, dtype=float)
+    return np.asarray(prior, dtype=float) * math.exp(sum(ratios) / len(ratios))

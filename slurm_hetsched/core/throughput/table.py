@@ -13,7 +13,7 @@ import math
 import types
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -33,6 +33,19 @@ class UnknownJobClassError(HetschedError, LookupError):
     """A job class (or class at a GPU count) is not in the throughput table."""
 
 
+class RowPrior(Protocol):
+    """The row of a class the table does not know (core.throughput.prior.NeutralPrior)."""
+
+    @property
+    def gpu_types(self) -> tuple[str, ...]:
+        """The columns of its rows."""
+        ...
+
+    def row(self, num_gpus: int) -> np.ndarray:
+        """Steps/s on each of `gpu_types` at `num_gpus`."""
+        ...
+
+
 @dataclass(frozen=True, slots=True)
 class ThroughputTable:
     """Steps/s per (job class, num_gpus, GPU type). Build it with `from_dict` or `from_gavel`.
@@ -46,6 +59,10 @@ class ThroughputTable:
         packed: (class a, class b, num_gpus) -> (n_types, 2) steps/s of a and of b while they
             share one set of GPUs of that type; 0 = they cannot share it.
         source: free text naming where the numbers come from.
+        estimated_types: the columns that are estimates from datasheet figures, not
+            measurements (core.throughput.prior.with_estimates); () for a measured table.
+        prior: answers for a class the table does not know (its row is an estimate); None:
+            such a class raises UnknownJobClassError.
     """
 
     gpu_types: tuple[str, ...]
@@ -53,6 +70,8 @@ class ThroughputTable:
     unconsolidated: Mapping[ClassKey, np.ndarray]
     packed: Mapping[PairKey, np.ndarray]
     source: str = ""
+    estimated_types: tuple[str, ...] = ()
+    prior: RowPrior | None = field(default=None, compare=False)
     # Indexes built once (lookups run per job per round in the simulator).
     _classes: tuple[str, ...] = field(init=False, repr=False, compare=False)
     _counts: Mapping[str, tuple[int, ...]] = field(init=False, repr=False, compare=False)
@@ -71,11 +90,17 @@ class ThroughputTable:
         object.__setattr__(self, "_counts", {cls: tuple(sorted(ns)) for cls, ns in counts.items()})
         object.__setattr__(self, "_column", {t: i for i, t in enumerate(self.gpu_types)})
         object.__setattr__(self, "_memo", {})
+        if self.prior is not None and tuple(self.prior.gpu_types) != tuple(self.gpu_types):
+            raise ValueError("a throughput table's prior must give rows over its own columns")
 
     @property
     def classes(self) -> tuple[str, ...]:
         """Every job class with at least one entry, sorted."""
         return self._classes
+
+    def is_prior(self, job_class: str) -> bool:
+        """Whether `job_class` is answered by the prior (in no table: every figure an estimate)."""
+        return self.prior is not None and job_class not in self._counts
 
     def gpu_counts(self, job_class: str) -> tuple[int, ...]:
         """The GPU counts the table has for `job_class`, ascending."""
@@ -149,7 +174,9 @@ class ThroughputTable:
             spread = None if consolidated else self.unconsolidated.get(key)
             if spread is not None:
                 row = np.where(np.isnan(spread), 0.0 if row is None else row, spread)
-            if row is None and key[0] not in known:
+            if row is None and key[0] not in self._counts and self.prior is not None:
+                row = self.prior.row(key[1])
+            elif row is None and key[0] not in known:
                 raise UnknownJobClassError(
                     f"job class {key[0]!r} is not in the throughput table "
                     f"({self.source or 'no source'}); known classes: {list(known)}"
@@ -173,7 +200,10 @@ class ThroughputTable:
         return np.asarray(pair)[self._columns(gpu_types)]
 
     def merged(self, other: ThroughputTable) -> ThroughputTable:
-        """This table with every entry `other` has replaced by `other`'s (a site's profile)."""
+        """This table with every entry `other` has replaced by `other`'s (a site's profile).
+
+        Estimates and the prior are not kept: estimate again on the merged table.
+        """
         gpu_types = tuple(dict.fromkeys(self.gpu_types + other.gpu_types))
 
         def widen(

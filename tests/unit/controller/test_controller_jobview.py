@@ -23,6 +23,8 @@ from controller_builders import (
 
 from slurm_hetsched.controller.jobview import Progress, SlurmView, build_view
 from slurm_hetsched.core.model import Job
+from slurm_hetsched.core.throughput.prior import with_estimates
+from slurm_hetsched.data_files import shipped_gpu_types
 from slurm_hetsched.slurm.records import JobState, SlurmJob, SlurmNode
 
 NODES = [
@@ -390,3 +392,22 @@ def test_a_progress_reader_that_fails_costs_only_that_jobs_report() -> None:
 
     v = view([held("1"), held("2")], progress=progress)
     assert sorted(v.managed) == ["1", "2"] and sorted(v.progress) == ["2"]
+
+
+def test_with_estimates_types_with_figures_are_scheduled_and_any_class_is_managed() -> None:
+    """With the table the controller decides on (estimates from the shipped figures), an a100
+    node is in the snapshot, a type without figures stays Slurm's, and a class in no table is
+    managed on the neutral prior instead of refused."""
+    estimated = with_estimates(TABLE, shipped_gpu_types())
+    nodes = [
+        slurm_node("n1", {"v100": 2}),
+        slurm_node("n8", {"a100": 4, "mystery9": 2}),
+    ]
+    new_class = "hetsched:class=my-own-model;steps=500"
+    v = view([held("80"), held("81", comment=new_class)], nodes, table=estimated)
+    assert v.unprofiled_gpu_types == ("mystery9",)
+    assert v.snapshot.gpu_types == ("a100", "v100")
+    assert sorted(v.managed) == ["80", "81"] and v.rejected == ()
+    # Without estimates the same class is refused, as before.
+    refused = view([held("81", comment=new_class)], nodes)
+    assert "unknown job class 'my-own-model'" in reason_of(refused, "81")

@@ -13,6 +13,7 @@ from slurm_hetsched.core.jobspec import (
     DUE_WITHIN_S,
     GPUS_MAX,
     JOB_KEY_MAX,
+    MEM_GIB_MAX,
     SPEC_MAX,
     STEPS_MAX,
     TW_MAX,
@@ -58,7 +59,7 @@ def test_the_documented_example_parses() -> None:
     assert spec.weight == 1.0
     assert spec.due_s == datetime(2026, 12, 1, 12, 0, tzinfo=UTC).timestamp()
     assert spec.tardiness_weight == 0.01
-    assert spec.gpus is None and spec.key is None and spec.copy == 0
+    assert spec.gpus is None and spec.key is None and spec.copy == 0 and spec.mem_gib is None
 
 
 def test_defaults_and_spaces_and_trailing_separator() -> None:
@@ -99,6 +100,9 @@ def test_key_and_copy_are_read() -> None:
         ("hetsched:class=A;tw=-0.5", "tw='-0.5'"),
         ("hetsched:class=A;due=tomorrow", "due='tomorrow'"),
         ("hetsched:class=A;gpus=two", "gpus='two'"),
+        ("hetsched:class=A;mem=40GB", "mem='40GB'"),
+        ("hetsched:class=A;mem=0", "mem='0'"),
+        ("hetsched:class=A;mem=1;mem=2", "given twice"),
         ("hetsched:class=A;oops", "'oops' is not key=value"),
         ("my own comment", "does not start with"),
     ],
@@ -134,6 +138,17 @@ def test_bad_specs_are_named(comment: str, message: str) -> None:
         (f"key={'k' * JOB_KEY_MAX}", "key", "k" * JOB_KEY_MAX),
         ("key=a..b", "key", "a..b"),
         ("key=123_4", "key", "123_4"),
+        ("mem=40", "mem_gib", 40.0),
+        ("mem=12.5", "mem_gib", 12.5),
+        ("mem=40G", "mem_gib", 40.0),
+        ("mem=40GiB", "mem_gib", 40.0),
+        ("mem= 7.25GiB ", "mem_gib", 7.25),
+        ("mem=.5G", "mem_gib", 0.5),
+        ("mem=1e-3", "mem_gib", 1e-3),
+        ("mem=+2E1G", "mem_gib", 20.0),
+        (f"mem={MEM_GIB_MAX:g}", "mem_gib", MEM_GIB_MAX),
+        (f"mem={MEM_GIB_MAX:g}GiB", "mem_gib", MEM_GIB_MAX),
+        ("mem=4096.0", "mem_gib", MEM_GIB_MAX),
     ],
 )
 def test_values_at_the_bounds_are_accepted(pair: str, field: str, value: object) -> None:
@@ -204,6 +219,32 @@ def test_due_dates_ten_years_either_side_are_accepted() -> None:
         ("due=0001-01-01T00:00+01:00", "within 10 years"),
         ("due=9999-12-31T23:59:59.999999-23:59", "within 10 years"),
         ("due=1970-01-01T00:00Z", "within 10 years"),
+        ("mem=0", "a number > 0 and <= 4096"),
+        ("mem=0G", "a number > 0 and <= 4096"),
+        ("mem=0.0", "a number > 0 and <= 4096"),
+        ("mem=1e-400", "a number > 0 and <= 4096"),  # 0 after float()
+        ("mem=-1", "a number > 0 and <= 4096"),
+        ("mem=-0", "a number > 0 and <= 4096"),
+        ("mem=4096.0001", "a number > 0 and <= 4096"),
+        ("mem=4097G", "a number > 0 and <= 4096"),
+        ("mem=1e999", "a number > 0 and <= 4096"),
+        ("mem=nan", "a number > 0 and <= 4096"),
+        ("mem=inf", "a number > 0 and <= 4096"),
+        ("mem=infG", "a number > 0 and <= 4096"),
+        ("mem=", "a number > 0 and <= 4096"),
+        ("mem=G", "a number > 0 and <= 4096"),
+        ("mem=GiB", "a number > 0 and <= 4096"),
+        ("mem=40 G", "e.g. 40, 12.5, 40G, 40GiB"),
+        ("mem=40g", "e.g. 40, 12.5, 40G, 40GiB"),
+        ("mem=40GB", "e.g. 40, 12.5, 40G, 40GiB"),
+        ("mem=40Gib", "e.g. 40, 12.5, 40G, 40GiB"),
+        ("mem=40M", "e.g. 40, 12.5, 40G, 40GiB"),
+        ("mem=40GiBG", "e.g. 40, 12.5, 40G, 40GiB"),
+        ("mem=40GG", "e.g. 40, 12.5, 40G, 40GiB"),
+        ("mem=1_000", "e.g. 40, 12.5, 40G, 40GiB"),
+        ("mem=0x10", "e.g. 40, 12.5, 40G, 40GiB"),
+        ("mem=\u0664\u0660", "e.g. 40, 12.5, 40G, 40GiB"),  # Arabic-Indic 40
+        ("mem=\uff14\uff10G", "e.g. 40, 12.5, 40G, 40GiB"),  # fullwidth 40
     ],
 )
 def test_values_outside_the_bounds_are_refused_with_the_range(pair: str, expected: str) -> None:
@@ -248,6 +289,7 @@ def test_the_whole_spec_is_bounded() -> None:
         "key=" + "k" * 1000,
         "due=" + "2" * 1000,
         "gpus=" + "\x00" * 1000,
+        "mem=" + "4" * 1000 + "G",
         "class=" + "\x01" * 1000,
         "x" * 1000 + "=1",
         "\U0001f600" * 300 + "=1",

@@ -120,6 +120,24 @@ def test_codec_keeps_a_jobs_measured_rates() -> None:
     assert again == measured and dict(again.jobs[0].measured_steps_per_s) == {"v100": 12.5}
 
 
+def test_codec_keeps_a_jobs_memory_need_and_reads_older_rounds_without_one() -> None:
+    from dataclasses import replace
+
+    from slurm_hetsched.store.codec import snapshot_from_json, snapshot_to_json
+
+    tick, _ = _tick(MemoryStore(), _trace())
+    snapshot = tick.run_round().snapshot
+    assert snapshot is not None
+    job = replace(snapshot.jobs[0], mem_gib=13.5)
+    needy = replace(snapshot, jobs=(job, *snapshot.jobs[1:]))
+    stored = snapshot_to_json(needy)
+    again = snapshot_from_json(stored)
+    assert again == needy and again.jobs[0].mem_gib == 13.5
+    for old in stored["jobs"]:
+        del old["mem_gib"]  # as a store written before the field existed holds it
+    assert all(j.mem_gib is None for j in snapshot_from_json(stored).jobs)
+
+
 def test_key_bindings_and_set_aside_jobs_survive_a_reopen(tmp_path: Path) -> None:
     db = tmp_path / "rounds.sqlite"
     store = SqliteStore(db)

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
+import types
 from pathlib import Path
 
 import pytest
@@ -35,6 +38,7 @@ PROGRESS_KEYS = {
     "num_gpus",
     "node",
     "updated_at",
+    "peak_mem_gib",
 }
 
 
@@ -81,6 +85,73 @@ def test_progress_is_written_every_few_seconds_with_a_windowed_rate(tmp_path: Pa
     assert progress.steps_per_s() is None
     assert progress.update(200, status="paused", force=True)
     assert json.loads((tmp_path / "progress.json").read_text())["status"] == "paused"
+
+
+# ----------------------------------------------------------------------------------------------
+# peak_mem_gib: PyTorch's peak allocation on the current CUDA device, or null
+
+
+def fake_torch(*, available: bool = True, initialized: bool = True, peak: object = 0) -> object:
+    """A stand-in for an imported torch whose torch.cuda reports what the test says."""
+
+    def max_memory_allocated() -> int:
+        if isinstance(peak, Exception):
+            raise peak
+        return peak  # type: ignore[return-value]
+
+    cuda = types.SimpleNamespace(
+        is_available=lambda: available,
+        is_initialized=lambda: initialized,
+        max_memory_allocated=max_memory_allocated,
+    )
+    return types.SimpleNamespace(cuda=cuda)
+
+
+def written_peak(tmp_path: Path) -> object:
+    assert reporter(tmp_path, FakeClock()).update(1, force=True), "training goes on regardless"
+    return json.loads((tmp_path / "progress.json").read_text())["peak_mem_gib"]
+
+
+def test_the_peak_is_null_without_torch(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "torch", None)  # never imported by the program
+    assert written_peak(tmp_path) is None
+
+
+def test_the_peak_is_null_on_this_machine_with_real_torch(tmp_path: Path) -> None:
+    torch = pytest.importorskip("torch")
+    if torch.cuda.is_available():
+        pytest.skip("a CUDA machine: the peak is a real figure")
+    assert written_peak(tmp_path) is None
+
+
+def test_the_peak_is_the_allocated_maximum_in_gib(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setitem(sys.modules, "torch", fake_torch(peak=int(12.5 * 2**30)))
+    assert written_peak(tmp_path) == 12.5
+
+
+@pytest.mark.parametrize(
+    "torch",
+    [
+        fake_torch(available=False, peak=2**30),
+        fake_torch(initialized=False, peak=2**30),  # CUDA unused: no context made for it
+        fake_torch(peak=0),
+        fake_torch(peak=RuntimeError("CUDA error: unspecified launch failure")),
+    ],
+    ids=["no-cuda", "uninitialised", "nothing-allocated", "driver-error"],
+)
+def test_the_peak_is_null_when_there_is_none_or_it_fails(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, torch: object
+) -> None:
+    monkeypatch.setitem(sys.modules, "torch", torch)
+    assert written_peak(tmp_path) is None
+
+
+def test_the_progress_module_does_not_import_torch() -> None:
+    code = "import sys, slurm_hetsched.wrapper.progress; print('torch' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
 
 
 def test_ack_round_trip(tmp_path: Path) -> None:
