@@ -111,11 +111,13 @@ class ControllerConfig:
             )
         except (HetschedError, OSError, ValueError) as exc:
             raise ConfigError(f"site.throughputs / site.gpu_types: {exc}") from exc
-        # Types with datasheet figures (the shipped ones, the site's over them) but no column,
-        # and classes in no table, are estimated (docs/throughput.md, "Estimates for
-        # unprofiled types"), then learned online.
-        figures = merge_gpu_types(data_files.shipped_gpu_types(), gpu_types)
-        estimated = with_estimates(table, figures)
+        # The site's GPU types field by field over the shipped ones: a site file that gives
+        # only prices keeps the shipped memory sizes (core/memory_fit.py) and figures. Types
+        # with figures but no column, and classes in no table, are estimated (docs/
+        # throughput.md, "Estimates for unprofiled types"), then learned online.
+        if self.gpu_types is not None:
+            gpu_types = merge_gpu_types(data_files.shipped_gpu_types(), gpu_types)
+        estimated = with_estimates(table, gpu_types)
         return SiteData(estimated, gpu_types, data_files.shipped_site_energy())
 
     def tick_settings(self) -> TickSettings:

@@ -91,6 +91,7 @@ def plan_round(
     options: RoundOptions = _DEFAULT_OPTIONS,
     table: ThroughputTable | None = None,
     catalog: Mapping[str, GpuType] | None = None,
+    stints: Mapping[str, str] | None = None,
 ) -> tuple[RoundPlan, RoundState]:
     """Decide the next round: which jobs run, on which GPUs of which nodes.
 
@@ -111,6 +112,8 @@ def plan_round(
             types are fastest (the default per-type order). None: no filling, types by name.
         catalog: the site's GPU types: work conservation never fills a type with less memory
             than a job needs (`Job.mem_gib`, core/memory_fit.py). None: memory unknown.
+        stints: job -> the one type it explores this round (core/explore.py): work
+            conservation never fills another type with it, or the stint would never happen.
 
     Returns:
         The plan (keep / move / start / stop) and the next state: round + 1, this allocation,
@@ -140,6 +143,10 @@ def plan_round(
             if catalog:  # the table knows nothing of memory: never fill where a job cannot fit
                 allocated = [jobs[job_id] for job_id in allocation.job_ids]
                 fill &= ~misfits(allocated, allocation.gpu_types, catalog)
+            for job_id, target in (stints or {}).items():
+                if job_id in jobs and job_id in allocation.job_ids:
+                    row = allocation.job_ids.index(job_id)
+                    fill[row] &= np.array([t == target for t in allocation.gpu_types])
         walk = Walk(allocation, priority, state.deficit_s, num_gpus, order, fill, arrival)
         placed = place_jobs(walk.select(free), allocation, num_gpus, free, state.placements)
         if options.moves == "amortized":

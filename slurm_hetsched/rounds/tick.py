@@ -113,6 +113,7 @@ class Tick(Generic[ObservationT]):
             options=self.round_options,
             table=self.site.table,
             catalog=self.site.gpu_types,
+            stints=targets,
         )
         if set_aside:
             plan = dataclasses.replace(plan, set_aside=set_aside)

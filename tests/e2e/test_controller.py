@@ -46,12 +46,13 @@ def submit_managed(
     steps: int = STEPS,
     step_time_s: float = 0.1,
     gpus: int = 1,
+    spec_extra: str = "",
     **env: str,
 ) -> str:
     """A template job (held, untyped GRES) training `steps` steps with the tests' seed."""
     script = render_template(
         ["--steps", str(steps), "--seed", str(SEED), "--step-time-s", str(step_time_s)],
-        comment=f"hetsched:class={job_class};steps={steps}",
+        comment=f"hetsched:class={job_class};steps={steps}{spec_extra}",
     )
     options = JobOptions(
         gpus=GpuRequest(gpus),

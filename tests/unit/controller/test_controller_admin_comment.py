@@ -82,3 +82,41 @@ def test_rejected_comment_is_one_line() -> None:
     assert not needs_update(
         text, format_rejected_comment("unknown key 'stepz'; valid keys: " + "class, steps")
     )
+
+
+def test_a_share_on_an_estimated_type_is_marked() -> None:
+    text = format_admin_comment(
+        round_=7,
+        placement=placement("j", ("n8", "a100", 1)),
+        share={"a100": 0.61, "v100": 0.39},
+        priority=1.0,
+        reason="started",
+        estimated=["a100"],
+    )
+    assert "share=a100~:.61,v100:.39" in text
+    # Once measured there, the mark goes, and the comment is rewritten (its stable part).
+    measured = text.replace("a100~", "a100")
+    assert needs_update(text, measured)
+
+
+def test_which_shares_are_still_estimates() -> None:
+    from controller_builders import held
+
+    from slurm_hetsched.controller.managed import ManagedJob
+    from slurm_hetsched.controller.round_report import unmeasured_estimates
+    from slurm_hetsched.core.jobspec import parse_job_spec
+    from slurm_hetsched.core.throughput.prior import with_estimates
+    from slurm_hetsched.data_files import shipped_gpu_types, shipped_throughputs
+
+    table = with_estimates(shipped_throughputs(), shipped_gpu_types())
+
+    def job(job_class: str) -> ManagedJob:
+        spec = parse_job_spec(f"hetsched:class={job_class}", local_tz=None, now_s=0.0)  # type: ignore[arg-type]
+        return ManagedJob(key="j", spec=spec, components=(held("1"),), num_gpus=1)
+
+    known = job("ResNet-50 (batch size 64)")
+    assert unmeasured_estimates(table, known, {}, ["v100", "a100"]) == ["a100"]
+    assert unmeasured_estimates(table, known, {"a100": 3.0}, ["v100", "a100"]) == []
+    new = job("my-own-model")
+    assert unmeasured_estimates(table, new, {"v100": 1.0}, ["v100", "k80"]) == ["k80"]
+    assert unmeasured_estimates(None, new, {}, ["v100"]) == []
