@@ -45,6 +45,8 @@ class ControllerConfig:
     min_reset_interval_s: float = 1920.0
     round_queue: str = "per_type"
     work_conserving: bool = True
+    # A job of a class in no table: "learn" (the neutral prior, learned online) or "refuse".
+    unknown_classes: str = "learn"
     # Stints of a class in no table on each type it could use (core/explore.py).
     explore: bool = True
     explore_rounds_per_type: int = ExploreSettings().rounds_per_type
@@ -117,7 +119,7 @@ class ControllerConfig:
         # throughput.md, "Estimates for unprofiled types"), then learned online.
         if self.gpu_types is not None:
             gpu_types = merge_gpu_types(data_files.shipped_gpu_types(), gpu_types)
-        estimated = with_estimates(table, gpu_types)
+        estimated = with_estimates(table, gpu_types, prior=self.unknown_classes == "learn")
         return SiteData(estimated, gpu_types, data_files.shipped_site_energy())
 
     def tick_settings(self) -> TickSettings:

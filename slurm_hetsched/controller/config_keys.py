@@ -79,6 +79,16 @@ def _moves(value: Any, base: Path) -> str:
     return str(value)
 
 
+# What the controller does with a job of a class in no throughput table.
+UNKNOWN_CLASSES = ("learn", "refuse")
+
+
+def _unknown_classes(value: Any, base: Path) -> str:
+    if value not in UNKNOWN_CLASSES:
+        raise ValueError(f"expected one of {', '.join(UNKNOWN_CLASSES)}, got {value!r}")
+    return str(value)
+
+
 def _share(value: Any, base: Path) -> float:
     share = float(_number(0, strict=True)(value, base))
     if share > 1:
@@ -173,6 +183,7 @@ KEYS: dict[str, dict[str, tuple[str, _Parser]]] = {
         "throughputs": ("throughputs", _path),
         "gpu_types": ("gpu_types", _path),
         "progress_max_age_s": ("progress_max_age_s", _number(0, strict=True)),
+        "unknown_classes": ("unknown_classes", _unknown_classes),
         "explore": ("explore", _flag),
         "explore_rounds_per_type": ("explore_rounds_per_type", _count),
     },

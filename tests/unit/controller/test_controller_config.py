@@ -439,3 +439,23 @@ def test_restart_costs_of_classes_the_table_does_not_know_are_logged(
     path = write(tmp_path, '[moves]\nrestart_s_by_class = { "ResNet-5O" = 40, A3C = 10 }\n')
     service_settings(load_config(path))
     assert "'ResNet-5O'" in caplog.text and "'A3C'" not in caplog.text
+
+
+def test_a_site_chooses_what_happens_to_classes_in_no_table(tmp_path: Path) -> None:
+    learn = load_config(write(tmp_path, "[site]\n")).site_data().table
+    assert learn.is_prior("my-own-model") and "a100" in learn.estimated_types
+    refuse = load_config(write(tmp_path, '[site]\nunknown_classes = "refuse"\n'))
+    table = refuse.site_data().table
+    assert not table.is_prior("my-own-model") and "a100" in table.estimated_types
+    assert "site.unknown_classes" in error_of(tmp_path, '[site]\nunknown_classes = "maybe"\n')
+    off = load_config(write(tmp_path, "[site]\nexplore = false\nexplore_rounds_per_type = 5\n"))
+    assert off.tick_settings().explore.enabled is False
+    assert off.tick_settings().explore.rounds_per_type == 5
+
+
+def test_a_site_gpu_types_file_is_read_over_the_shipped_one(tmp_path: Path) -> None:
+    types = write(tmp_path, "[v100]\nprice_per_hour = 9.0\n", name="gpu_types.toml")
+    site = load_config(write(tmp_path, f'[site]\ngpu_types = "{types}"\n')).site_data()
+    assert site.gpu_types["v100"].price_per_hour == 9.0
+    assert site.gpu_types["v100"].mem_gib == 16.0  # the shipped memory size stays
+    assert "a100" in site.gpu_types

@@ -13,6 +13,7 @@ from typing import Any, cast
 
 import pytest
 from controller_builders import RESNET, managed, running, slurm_job
+from test_controller_statefiles import NOW, progress_payload
 
 from slurm_hetsched.controller.managed import ManagedJob, Progress
 from slurm_hetsched.controller.observer import ObserveSettings, SlurmObserver
@@ -20,27 +21,12 @@ from slurm_hetsched.controller.snapshot import snapshot_job
 from slurm_hetsched.controller.statefiles import JobFolder, read_progress
 from slurm_hetsched.core.jobspec import MEM_GIB_MAX, parse_job_spec
 
-NOW = 1_800_000_000.0
 ME = os.geteuid()
 
 
 def report(**changes: Any) -> dict[str, Any]:
-    payload: dict[str, Any] = {
-        "job_key": "k1",
-        "job_id": "123",
-        "step": 50,
-        "total_steps": 200,
-        "steps_per_s": 2.5,
-        "gpu_type": "v100",
-        "num_gpus": 1,
-        "node": "n1",
-        "updated_at": NOW - 10,
-        "status": "running",
-        "restart_count": 0,
-        "peak_mem_gib": 9.5,
-    }
-    payload.update(changes)
-    return payload
+    """The statefiles tests' valid report, with a measured peak."""
+    return progress_payload(**{"peak_mem_gib": 9.5, **changes})
 
 
 @pytest.fixture
