@@ -33,7 +33,7 @@ import math
 from dataclasses import dataclass
 
 from slurm_hetsched.core.model import Job, Placement
-from slurm_hetsched.core.problem import table_rate
+from slurm_hetsched.core.problem import placement_rate
 from slurm_hetsched.core.throughput import ThroughputTable, UnknownJobClassError
 
 
@@ -136,13 +136,7 @@ def _table_rate(job: Job, placement: Placement, table: ThroughputTable | None) -
     if table is None:
         return 0.0
     try:
-        rate = table_rate(
-            table,
-            job.job_class,
-            placement.gpu_types[0],
-            placement.num_gpus,
-            spread=len(placement.slices) > 1,
-        )
+        rate = placement_rate(table, job.job_class, placement)
     except (UnknownJobClassError, KeyError, ValueError):
         return 0.0
     return float(rate) if math.isfinite(rate) and rate > 0 else 0.0

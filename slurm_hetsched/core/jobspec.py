@@ -14,13 +14,33 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, tzinfo
 
+from slurm_hetsched.core.utility import (
+    DEFAULT_MAX_UTILITY,
+    UTILITY_KINDS,
+    Utility,
+    default_utility,
+)
 from slurm_hetsched.errors import HetschedError
 
 SPEC_PREFIX = "hetsched:"
-KEYS = ("class", "steps", "weight", "due", "tw", "gpus", "key", "copy", "mem")
+KEYS = (
+    "class",
+    "steps",
+    "weight",
+    "due",
+    "tw",
+    "gpus",
+    "key",
+    "copy",
+    "mem",
+    "utility",
+    "umax",
+    "target",
+    "sharp",
+)
 SPEC_MAX = 1024  # characters of the whole spec, prefix included
 STEPS_MAX = 10**12
 WEIGHT_MIN = 1e-3
@@ -32,6 +52,9 @@ CLASS_MAX = 128
 COPY_MAX = 1023
 JOB_KEY_MAX = 64
 MEM_GIB_MAX = 4096.0  # GiB of memory one GPU of a job needs; above every GPU made so far
+UMAX_MAX = 1e6  # the most a job's utility may be worth (`umax=`)
+TARGET_MAX_S = 10 * 365.25 * 86400.0  # a utility's target: at most ten years from arrival
+SHARP_MAX = 3600.0  # a sigmoid's steepness per hour: a step within a second
 
 _SHOWN_MAX = 40  # characters of an offending value a message echoes (values may be megabytes)
 # ASCII only: str.isdigit() and float() also accept other scripts' digits, '_' and 'nan'.
@@ -44,6 +67,9 @@ _JOB_KEY_RULE = f"1 to {JOB_KEY_MAX} characters of A-Z a-z 0-9 . _ + -, not star
 # "GB" are in gpu_types.toml); the longer suffix first.
 _MEM_SUFFIXES = ("GiB", "G")
 _MEM_RULE = f"GiB per GPU, a number > 0 and <= {MEM_GIB_MAX:g} (e.g. 40, 12.5, 40G, 40GiB)"
+# `target=`: a duration from the job's arrival, in seconds or with a unit.
+_DURATION_UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+_TARGET_RULE = "a duration > 0 and <= 10 years: seconds, or a number with s, m, h or d (e.g. 6h)"
 
 
 class JobSpecError(HetschedError, ValueError):
@@ -69,6 +95,9 @@ class JobSpec:
             one key, so a job's identity is (key, copy).
         mem_gib: GPU memory one GPU of the job needs, in GiB (`mem=`, above 0 up to
             MEM_GIB_MAX), or None; GPU types with less memory are ruled out for the job.
+        utility: what finishing at a given time is worth (`utility=`, `umax=`, `target=`,
+            `sharp=`; core/utility.py); without `utility=`, its due date and tardiness weight
+            read as one (`default_utility`).
     """
 
     job_class: str
@@ -80,6 +109,7 @@ class JobSpec:
     key: str | None = None
     copy: int = 0
     mem_gib: float | None = None
+    utility: Utility = field(default_factory=lambda: default_utility(None, 0.0))
 
 
 def is_managed(comment: str | None) -> bool:
@@ -142,16 +172,19 @@ def parse_job_spec(comment: str, *, local_tz: tzinfo, now_s: float) -> JobSpec:
     if "class" not in values:
         raise JobSpecError("missing class=<throughput-table class>")
     job_key = values.get("key")
+    due_s = _due(values.get("due"), local_tz, now_s)
+    tardiness_weight = _number(values, "tw", 0.0, 0.0, TW_MAX)
     return JobSpec(
         job_class=_job_class(values["class"]),
         steps=_whole(values, "steps", 1, STEPS_MAX),
         weight=_number(values, "weight", 1.0, WEIGHT_MIN, WEIGHT_MAX),
-        due_s=_due(values.get("due"), local_tz, now_s),
-        tardiness_weight=_number(values, "tw", 0.0, 0.0, TW_MAX),
+        due_s=due_s,
+        tardiness_weight=tardiness_weight,
         gpus=_whole(values, "gpus", 1, GPUS_MAX),
         key=None if job_key is None else check_job_key(job_key),
         copy=_whole(values, "copy", 0, COPY_MAX) or 0,
         mem_gib=_mem(values.get("mem")),
+        utility=_utility(values, due_s, tardiness_weight),
     )
 
 
@@ -200,6 +233,42 @@ def _mem(raw: str | None) -> float | None:
     if not 0 < gib <= MEM_GIB_MAX:  # NaN and inf fail here too
         raise JobSpecError(f"mem={_shown(raw)}: expected {_MEM_RULE}")
     return gib
+
+
+def _utility(values: dict[str, str], due_s: float | None, tardiness_weight: float) -> Utility:
+    """The spec's utility: `utility=` with its parameters, else the default from the due date
+    and tardiness weight (`umax=` applies to both)."""
+    top = _number(values, "umax", DEFAULT_MAX_UTILITY, 0.0, UMAX_MAX)
+    if top <= 0:
+        raise JobSpecError(f"umax={_shown(values['umax'])}: expected a number > 0")
+    kind = values.get("utility")
+    if kind is None:
+        for key in ("target", "sharp"):
+            if key in values:
+                raise JobSpecError(f"{key}= needs utility=sigmoid, linear or deadline")
+        return default_utility(due_s, tardiness_weight, top)
+    if kind not in UTILITY_KINDS:
+        raise JobSpecError(f"utility={_shown(kind)}: expected one of {', '.join(UTILITY_KINDS)}")
+    target_s = _target(values.get("target"))
+    if target_s is None and not (kind == "deadline" and due_s is not None):
+        needs = "target=" if kind != "deadline" else "target= or due="
+        raise JobSpecError(f"utility={kind} needs {needs} (e.g. target=6h)")
+    if "sharp" in values and kind != "sigmoid":
+        raise JobSpecError(f"sharp= is the steepness of utility=sigmoid, not of {kind}")
+    sharpness = _number(values, "sharp", 1.0, 0.0, SHARP_MAX)
+    return Utility(kind, top, target_s, sharpness, due_s=due_s)
+
+
+def _target(raw: str | None) -> float | None:
+    """Seconds of `target=`: a number, bare (seconds) or followed by s, m, h or d."""
+    if raw is None:
+        return None
+    scale = _DURATION_UNITS.get(raw[-1:], None)
+    number = raw[:-1] if scale is not None else raw
+    seconds = float(number) * (scale or 1.0) if _NUMBER.fullmatch(number) else math.nan
+    if not 0 < seconds <= TARGET_MAX_S:  # NaN and inf fail here too
+        raise JobSpecError(f"target={_shown(raw)}: expected {_TARGET_RULE}")
+    return seconds
 
 
 def _due(raw: str | None, local_tz: tzinfo, now_s: float) -> float | None:

@@ -170,7 +170,7 @@ def plan_round(
     column = {t: k for k, t in enumerate(allocation.gpu_types)}
     at = (
         [rows[j] for j in placed],
-        [column[placement.gpu_types[0]] for placement in placed.values()],
+        [column[placement.main_gpu_type()] for placement in placed.values()],
     )
     chosen_priority = dict(zip(placed, priority[at].tolist(), strict=True))
     best_priority = priority.max(axis=1, initial=0.0).tolist()
@@ -207,15 +207,16 @@ def record_round(state: RoundState, ran_s: Mapping[str, float]) -> RoundState:
             finished or failed early). A placed job left out ran 0 s.
 
     Returns:
-        The state with each job's seconds added on the GPU type it was placed on.
+        The state with each job's seconds added on the GPU types it was placed on, each
+        type in proportion to the job's GPUs of that type.
 
     Raises:
         InvalidProblemError: for a job not placed in that round, or a negative or non-finite
             number of seconds.
     """
     rows = index_of(state.job_ids)
-    at_rows: list[int] = []
-    at_columns: list[int] = []
+    column = index_of(state.gpu_types)
+    received = np.array(state.received_s, copy=True)
     for job_id, seconds in ran_s.items():
         placement = state.placements.get(job_id)
         if placement is None:
@@ -228,10 +229,10 @@ def record_round(state: RoundState, ran_s: Mapping[str, float]) -> RoundState:
                 f"job {job_id!r}: ran {seconds} s in round {state.round}; expected a finite "
                 "number of seconds >= 0"
             )
-        at_rows.append(rows[job_id])
-        at_columns.append(state.gpu_types.index(placement.gpu_types[0]))
-    received = np.array(state.received_s, copy=True)
-    received[at_rows, at_columns] += list(ran_s.values())  # one entry per job: no repeats
+        # Each type gets its share of the job's GPUs: a gang of 2 v100 and 1 k80 that ran
+        # 300 s received 200 s of v100 and 100 s of k80.
+        for gpu_type, count in placement.gpus_by_type().items():
+            received[rows[job_id], column[gpu_type]] += seconds * count / placement.num_gpus
     return state.with_received_s(received)
 
 

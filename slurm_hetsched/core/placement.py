@@ -80,16 +80,17 @@ def place_jobs(
 def policy_placements(
     allocation: Allocation, free: Mapping[str, Mapping[str, int]]
 ) -> dict[str, Placement]:
-    """The placements a placement policy chose, checked against the free GPUs of the nodes."""
+    """The placements a placement policy chose, checked against the free GPUs of the nodes; a
+    placement may hold slices of several types and nodes (a gang across types)."""
     assert allocation.placements is not None
     left = {t: dict(per_node) for t, per_node in free.items()}
     placed: dict[str, Placement] = {}
     for job_id in sorted(allocation.placements):
         placement = allocation.placements[job_id]
-        if job_id not in allocation.job_ids or len(placement.gpu_types) != 1:
+        if job_id not in allocation.job_ids:
             raise InvalidProblemError(
-                f"policy {allocation.policy!r} placed job {job_id!r} on "
-                f"{placement.gpu_types}; expected a job of the allocation on one GPU type"
+                f"policy {allocation.policy!r} placed job {job_id!r}, which is not a job of "
+                "its allocation"
             )
         for piece in placement.slices:
             if left.get(piece.gpu_type, {}).get(piece.node, 0) < piece.count:

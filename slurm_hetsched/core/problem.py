@@ -162,6 +162,18 @@ def table_rate(
     return rate
 
 
+def placement_rate(table: ThroughputTable, job_class: str, placement: Placement) -> float:
+    """Steps/s of a job of `job_class` on `placement`: on one type, the table's rate at the
+    placement's GPU count (unconsolidated when spread over nodes); on several types (a gang
+    across types, synchronous data parallel), count x the per-GPU rate of its slowest type,
+    i.e. the lowest of its types' rates at that count. 0 = cannot run there."""
+    spread = len(placement.nodes) > 1
+    return min(
+        table_rate(table, job_class, gpu_type, placement.num_gpus, spread=spread)
+        for gpu_type in placement.gpu_types
+    )
+
+
 def _throughput_at(
     snapshot: ClusterSnapshot, table: ThroughputTable, known: list[str], too_small: np.ndarray
 ) -> np.ndarray:

@@ -1,8 +1,9 @@
 """The simulated cluster: a `ClusterBackend` over a trace, on a clock that jumps.
 
 Jobs arrive at their trace times, run at the throughput table's steps/s on the GPUs the plan
-gives them, and finish at the exact moment their last step runs (mid-round). A job placed on
-other GPUs than before (a move, or a restart after a stop) first pays its own restart cost: it
+gives them (a gang across types at its slowest type's: core.problem.placement_rate), and
+finish at the exact moment their last step runs (mid-round). A job placed on other GPUs than
+before (a move, or a restart after a stop) first pays its own restart cost: it
 holds its GPUs but makes no progress. A job's cost is its trace's `restart_s`, else its class's,
 else the run's default (sim/restart_costs.py); the snapshot reports it as `Job.restart_s`, as
 the live controller reports what it measured. That is everything the simulation adds; every
@@ -20,7 +21,7 @@ from typing import Any
 from slurm_hetsched.core.costs import Interval
 from slurm_hetsched.core.model import ClusterSnapshot, GpuSlice, Job, Node, Placement, RoundPlan
 from slurm_hetsched.core.ports import EnactReport, Observation
-from slurm_hetsched.core.problem import table_rate
+from slurm_hetsched.core.problem import placement_rate, table_rate
 from slurm_hetsched.core.throughput import ThroughputTable
 from slurm_hetsched.errors import HetschedError
 from slurm_hetsched.rounds.clocks import SimClock
@@ -310,13 +311,12 @@ class SimulatedCluster:
         return dataclasses.replace(job, measured_steps_per_s={**job.measured_steps_per_s, **zeros})
 
     def _rate(self, job: TraceJob, placement: Placement) -> float:
-        (gpu_type,) = placement.gpu_types
-        spread = len(placement.nodes) > 1
-        rate = table_rate(self.table, job.job_class, gpu_type, placement.num_gpus, spread=spread)
+        """Its steps/s there: `placement_rate` (a gang across types at its slowest type's)."""
+        rate = placement_rate(self.table, job.job_class, placement)
         if not rate > 0:
             raise SimulationError(
                 f"job {job.job_id!r} ({job.job_class}, {placement.num_gpus} GPUs) was placed on "
-                f"{gpu_type}, where the throughput table says it cannot run"
+                f"{'+'.join(placement.gpu_types)}, where the throughput table says it cannot run"
             )
         return rate
 
@@ -324,12 +324,12 @@ class SimulatedCluster:
 def _with_measurement(job: Job, placement: Placement, rate: float) -> Job:
     """The job with its steps/s on the placement's type reported, as its progress report
     would be: at its own GPU count on one node only (a measurement of the job's row)."""
-    (gpu_type,) = placement.gpu_types
     if (
-        placement.num_gpus != job.num_gpus
+        len(placement.gpu_types) > 1  # a gang across types: no one type's rate
+        or placement.num_gpus != job.num_gpus
         or len(placement.nodes) > 1  # spread over nodes: not the row's consolidated rate
-        or job.measured_steps_per_s.get(gpu_type) == rate
+        or job.measured_steps_per_s.get(placement.gpu_types[0]) == rate
     ):
         return job
-    measured = {**job.measured_steps_per_s, gpu_type: rate}
+    measured = {**job.measured_steps_per_s, placement.gpu_types[0]: rate}
     return dataclasses.replace(job, measured_steps_per_s=measured)

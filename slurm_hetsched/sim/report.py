@@ -51,14 +51,14 @@ def format_summary(result: SimResult) -> str:
         ("energy", f"{_num(result.energy_kwh, 1)} kWh"),
         ("energy cost", _num(result.energy_cost, 2)),
         ("tardiness cost", _num(result.tardiness_cost, 2)),
+        ("utility", _num(result.total_utility, 1)),
         ("preemptions", str(result.preemptions)),
         ("moves", f"{result.moves} ({_num(result.moves_per_job, 2)} per job)"),
         ("restart loss", f"{_num(result.restart_gpu_h, 2)} GPU-h"),
         ("wall time", f"{_num(result.wall_s, 1)} s"),
     ]
-    if result.estimates:
-        rows.insert(-1, ("estimates", result.estimates))
-        rows.insert(-1, ("exploration", f"{result.exploration_stints} stints"))
+    if result.estimates:  # what rested on estimates, and the stints spent measuring them
+        rows.insert(-1, ("estimates", f"{result.estimates}; {result.exploration_stints} stints"))
     width = max(len(name) for name, _ in rows)
     return "\n".join(f"{name:<{width}}  {value}" for name, value in rows)
 

@@ -121,6 +121,9 @@ class SimResult:
             GPU types, the classes that started from the neutral prior); "" for none.
         exploration_stints: (job, GPU type) stints given to classes in no table so that they
             are measured there (core/explore.py); their moves are among `moves`.
+        total_utility: the sum of the jobs' utilities at their completion (core/utility.py;
+            a trace job's is its due date and tardiness weight read as one); a job that did
+            not finish is worth 0.
     """
 
     policy: str
@@ -145,6 +148,7 @@ class SimResult:
     restart_gpu_h: float
     estimates: str = ""
     exploration_stints: int = 0
+    total_utility: float = 0.0
 
     @property
     def moves_per_job(self) -> float:
@@ -172,6 +176,7 @@ class SimResult:
             "completed": self.completed,
             "estimates": self.estimates or None,
             "exploration_stints": self.exploration_stints,
+            "total_utility": _r(self.total_utility, 3),
             "rounds": self.rounds,
             "wall_s": _r(self.wall_s, 3),
             "jobs": [job.to_json() for job in self.jobs],

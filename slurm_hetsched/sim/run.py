@@ -30,6 +30,7 @@ from slurm_hetsched.core.model import Node
 from slurm_hetsched.core.policies.base import Policy
 from slurm_hetsched.core.problem import SiteData
 from slurm_hetsched.core.throughput import ThroughputTable
+from slurm_hetsched.core.utility import default_utility
 from slurm_hetsched.rounds.clocks import SimClock
 from slurm_hetsched.rounds.tick import Tick, TickSettings
 from slurm_hetsched.sim.cluster import SimulatedCluster, SimulationError
@@ -273,6 +274,13 @@ def sim_result(
         restart_gpu_h=sum(r.restart_gpu_s for r in records) / 3600.0,
         estimates=estimates_note(site.table, counts, trace),
         exploration_stints=outcome.exploration_stints,
+        total_utility=sum(
+            default_utility(job.due_s, job.tardiness_weight).value(
+                states[job.job_id].end_s, job.arrival_s
+            )
+            for job in trace
+            if states[job.job_id].end_s is not None
+        ),
     )
 
 

@@ -77,6 +77,14 @@ def check_outcome(comment: str, now_s: float, local_tz: tzinfo) -> JobSpec | Non
     assert spec.key is None or jobspec.valid_job_key(spec.key)
     assert 0 <= spec.copy <= jobspec.COPY_MAX
     assert spec.mem_gib is None or 0 < spec.mem_gib <= jobspec.MEM_GIB_MAX
+    utility = spec.utility
+    assert 0 < utility.max_utility <= jobspec.UMAX_MAX
+    assert utility.target_s is None or 0 < utility.target_s <= jobspec.TARGET_MAX_S
+    assert 0 <= utility.sharpness_per_h <= jobspec.SHARP_MAX
+    # Bounded and never rising, from arrival to far beyond any target or due date.
+    values = [utility.value(now_s + t, now_s) for t in (0.0, 1.0, 3600.0, 1e7, 1e9, 1e12)]
+    assert all(0.0 <= v <= utility.max_utility for v in values)
+    assert all(a >= b for a, b in itertools.pairwise(values))
     return spec
 
 
@@ -145,11 +153,54 @@ OUTSIDE = {
 }
 
 
+# The utility keys depend on one another (target= needs utility=, ...): utility_specs below.
+UTILITY_KEYS = ("utility", "umax", "target", "sharp")
+PLAIN_KEYS = tuple(k for k in jobspec.KEYS if k not in UTILITY_KEYS)
+UTILITY_INSIDE = {
+    "umax": ["1e-300", "1e6", "100", " 0.5 "],
+    "target": ["1", "1s", "0.001m", "87660h", "3652.5d", str(int(jobspec.TARGET_MAX_S)), "6h"],
+    "sharp": ["0", "3600", "1e-9", "2"],
+}
+UTILITY_OUTSIDE = {
+    "umax": ["0", "1000000.1", "-1", "nan", "inf"],
+    "target": ["0", "0h", "3653d", "1y", "-1h", "6 h", "nan", "h", ""],
+    "sharp": ["-1", "3600.001", "inf"],
+}
+
+
+@st.composite
+def utility_specs(draw: st.DrawFn) -> tuple[str, bool]:
+    """A spec with `utility=` of each kind and its keys at their bounds or just outside, and
+    whether it must be accepted."""
+    kind = draw(st.sampled_from(["sigmoid", "linear", "deadline"]))
+    pairs = [("class", "A"), ("utility", kind)]
+    accepted = True
+    keys = ["umax", "target"] + (["sharp"] if kind == "sigmoid" else [])
+    for key in keys:
+        if key != "target" and draw(st.booleans()):
+            continue  # optional
+        if draw(st.integers(0, 4)) == 0:
+            pairs.append((key, draw(st.sampled_from(UTILITY_OUTSIDE[key]))))
+            accepted = False
+        else:
+            pairs.append((key, draw(st.sampled_from(UTILITY_INSIDE[key]))))
+    text = "hetsched:" + ";".join(f"{k}={v}" for k, v in draw(st.permutations(pairs)))
+    return text, accepted
+
+
+@TEXT
+@given(case=utility_specs())
+def test_utility_keys_at_their_bounds_pass_and_just_outside_fail(case: tuple[str, bool]) -> None:
+    comment, accepted = case
+    spec = check_outcome(comment, NOW_S, UTC)
+    assert (spec is not None) == accepted, comment
+
+
 @st.composite
 def edge_specs(draw: st.DrawFn) -> tuple[str, bool | None]:
     """`hetsched:` and each known key at most once, with values at its bounds, just outside
     them or hostile; and whether the spec must be accepted (None: a hostile value decides)."""
-    keys = draw(st.lists(st.sampled_from(jobspec.KEYS), unique=True, max_size=len(jobspec.KEYS)))
+    keys = draw(st.lists(st.sampled_from(PLAIN_KEYS), unique=True, max_size=len(PLAIN_KEYS)))
     pairs = [("class", "A")] if "class" not in keys else []
     accepted: bool | None = True
     for key in keys:

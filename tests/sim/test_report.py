@@ -221,6 +221,7 @@ def test_summary_lists_the_runs_figures() -> None:
         "energy": "123.5 kWh",
         "energy cost": "7.89",
         "tardiness cost": "0.00",
+        "utility": "0.0",
         "preemptions": "5",
         "moves": "3 (0.75 per job)",
         "restart loss": "1.23 GPU-h",

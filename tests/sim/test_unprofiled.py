@@ -110,7 +110,7 @@ def test_the_command_line_marks_what_is_estimated() -> None:
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     assert "k80 estimated from datasheet figures" in done.stdout
-    assert "exploration" in done.stdout
+    assert "stints" in done.stdout
     # A cluster of a type the table never measured: simulated on its estimate, marked.
     done = hetsched(
         "simulate", "--trace", "max_min_fairness", "--cluster", "a100=4,v100=4",

@@ -1,5 +1,6 @@
 """Where a job runs: `GpuSlice` (some GPUs of one type on one node) and `Placement` (all of one
-job's GPUs for a round, possibly over several nodes of one type).
+job's GPUs for a round, possibly over several nodes, and for a gang across types (Hadar) over
+several types).
 
 Placements appear in a problem (what runs now), in an allocation (placement policies) and in
 the round mechanism's state and plans.
@@ -21,7 +22,8 @@ class GpuSlice:
 
 @dataclass(frozen=True, slots=True)
 class Placement:
-    """Where one job runs for one round: its GPUs, possibly spread over nodes of one type."""
+    """Where one job runs for one round: its GPUs, possibly spread over nodes and, for a gang
+    across types, over several types (it then runs at the pace of its slowest type)."""
 
     job_id: str
     slices: tuple[GpuSlice, ...]
@@ -36,3 +38,17 @@ class Placement:
     @property
     def nodes(self) -> tuple[str, ...]:
         return tuple(dict.fromkeys(s.node for s in self.slices))
+
+    def gpus_by_type(self) -> dict[str, int]:
+        """GPU type -> how many of the job's GPUs are of it."""
+        counts: dict[str, int] = {}
+        for piece in self.slices:
+            counts[piece.gpu_type] = counts.get(piece.gpu_type, 0) + piece.count
+        return counts
+
+    def main_gpu_type(self) -> str:
+        """The type of most of its GPUs (ties: the first by name); the only one on one type."""
+        if len(self.gpu_types) == 1:
+            return self.gpu_types[0]
+        counts = self.gpus_by_type()
+        return min(counts, key=lambda t: (-counts[t], t))

@@ -219,3 +219,14 @@ def test_invalid_problems_are_reported_by_name(problem: dict[str, Any], message:
 def test_unknown_policy() -> None:
     with pytest.raises(ConfigError, match="unknown policy 'fastest'"):
         run_allocate(GAVEL_IN, "fastest")
+
+
+def test_allocate_reports_what_the_jobs_are_worth_at_their_expected_ends() -> None:
+    data = json.loads(Path("examples/andreas_two_nodes.json").read_text())
+    out = run_allocate(data, "andreas")
+    jobs = out["costs"]["jobs"]
+    # Each job keeps the default maximum utility less its tardiness cost (never below 0).
+    expected = {job: max(0.0, 100.0 - figures["tardiness_cost"]) for job, figures in jobs.items()}
+    assert out["utility"]["jobs"] == pytest.approx(expected)
+    assert out["utility"]["total"] == pytest.approx(sum(expected.values()))
+    assert any(v < 100.0 for v in expected.values())
