@@ -140,13 +140,7 @@ def plan_round(
         fill = None
         if options.work_conserving and table is not None:
             fill = runnable(allocation, jobs, table) & (allocation.x <= 0)
-            if catalog:  # the table knows nothing of memory: never fill where a job cannot fit
-                allocated = [jobs[job_id] for job_id in allocation.job_ids]
-                fill &= ~misfits(allocated, allocation.gpu_types, catalog)
-            for job_id, target in (stints or {}).items():
-                if job_id in jobs and job_id in allocation.job_ids:
-                    row = allocation.job_ids.index(job_id)
-                    fill[row] &= np.array([t == target for t in allocation.gpu_types])
+            fill &= ~_never_fill(allocation, jobs, catalog, stints or {})
         walk = Walk(allocation, priority, state.deficit_s, num_gpus, order, fill, arrival)
         placed = place_jobs(walk.select(free), allocation, num_gpus, free, state.placements)
         if options.moves == "amortized":
@@ -196,6 +190,32 @@ def plan_round(
         state, round=plan.round, placements=placements, placed_at_s=placed_at_s
     )
     return plan, next_state
+
+
+def _never_fill(
+    allocation: Allocation,
+    jobs: Mapping[str, Job],
+    catalog: Mapping[str, GpuType] | None,
+    stints: Mapping[str, str],
+) -> np.ndarray:
+    """(n_jobs, n_types) bool: where work conservation must not put a job although the table
+    says its class runs there: a type too small for its memory need (core/memory_fit.py), one
+    it was measured at 0 on, or, while it explores (core/explore.py), any type but its stint's."""
+    types = allocation.gpu_types
+    allocated = [jobs[job_id] for job_id in allocation.job_ids]
+    never = (
+        misfits(allocated, types, catalog)
+        if catalog
+        else np.zeros((len(allocated), len(types)), dtype=bool)
+    )
+    for row, job in enumerate(allocated):
+        target = stints.get(job.key)
+        measured = job.measured_steps_per_s
+        if target is not None or measured:
+            never[row] |= [
+                measured.get(t) == 0 or (target is not None and t != target) for t in types
+            ]
+    return never
 
 
 def record_round(state: RoundState, ran_s: Mapping[str, float]) -> RoundState:

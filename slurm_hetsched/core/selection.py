@@ -172,8 +172,7 @@ def _speed_scores(table: ThroughputTable, gpu_types: tuple[str, ...]) -> dict[st
 
 def runnable(allocation: Allocation, jobs: Mapping[str, Job], table: ThroughputTable) -> np.ndarray:
     """(n_jobs, n_types) bool: the table has steps/s > 0 for the job's class at its GPU count
-    on the type (consolidated), and the job was not measured at 0 there. Types or classes the
-    table lacks: False (never filled)."""
+    on the type (consolidated). Types or classes the table lacks: False (never filled)."""
     held, mask = _derived(
         allocation, "runnable", lambda: (table, _runnable(allocation, jobs, table))
     )
@@ -200,13 +199,7 @@ def _runnable(
         rows[i, :-1] = row
     index = {key: i for i, key in enumerate(distinct)}
     which = np.fromiter((index[key] for key in keys), dtype=np.int64, count=len(keys))
-    mask = np.array(rows[which][:, columns])  # column -1 is the all-False "no column"
-    # A job measured at 0 on a type is known not to run there, whatever its class's row says.
-    for i, job_id in enumerate(allocation.job_ids):
-        measured = jobs[job_id].measured_steps_per_s
-        if measured:
-            mask[i] &= [measured.get(t) != 0 for t in types]
-    return mask
+    return np.asarray(rows[which][:, columns])  # column -1 is the all-False "no column"
 
 
 @dataclass(slots=True)
