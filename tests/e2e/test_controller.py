@@ -162,7 +162,8 @@ def test_time_on_v100_follows_the_allocation(
     for name, job_id in ids.items():
         share = float(allocation.x[allocation.job_ids.index(job_id), v100])
         assert share == pytest.approx(expected_v100_share[name], abs=0.01), (name, share)
-        assert abs(on_v100[name] - share * ROUNDS) <= 1, (name, on_v100)
+        # (1e-9: the share is a solver's float, 1/3 can come back as 0.33333333333333365)
+        assert abs(on_v100[name] - share * ROUNDS) <= 1 + 1e-9, (name, on_v100)
     assert sum(on_v100.values()) == ROUNDS, "n1 ran one job every round"
     pairs = replay(
         records,
