@@ -14,7 +14,6 @@ reads no clock).
 from __future__ import annotations
 
 import dataclasses
-import math
 import time
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -25,7 +24,6 @@ from slurm_hetsched.core.policies import POLICIES, get_policy
 from slurm_hetsched.core.policies.options import parse_options
 from slurm_hetsched.core.throughput import ThroughputTable
 from slurm_hetsched.core.throughput.prior import estimated_entries
-from slurm_hetsched.core.utility import default_utility
 from slurm_hetsched.whatif.fields import object_at
 from slurm_hetsched.whatif.problem import decision_table, parse_problem
 
@@ -87,9 +85,9 @@ def run_allocate(
 
 
 def expected_utility(problem: Problem, costs: Mapping[str, Any]) -> dict[str, Any] | None:
-    """What the jobs are worth if the decision is kept until they finish: each job's due date
-    and tardiness weight read as a utility (core/utility.py) at the end `costs` expects, and
-    their total; None when the costs give no ends (no `steps`)."""
+    """What the jobs are worth if the decision is kept until they finish: each job's utility
+    (its `utility`, else its due date and tardiness weight read as one; core/utility.py) at the
+    end `costs` expects, and their total; None when the costs give no ends (no `steps`)."""
     ends = {job: figures.get("end_s") for job, figures in (costs.get("jobs") or {}).items()}
     if not ends:
         return None
@@ -98,10 +96,7 @@ def expected_utility(problem: Problem, costs: Mapping[str, Any]) -> dict[str, An
         end = ends.get(job)
         if end is None:
             continue  # not running: no end to value
-        due = None if problem.due_s is None else float(problem.due_s[m])
-        due = None if due is None or math.isnan(due) else due
-        weight = 0.0 if problem.tardiness_weight is None else float(problem.tardiness_weight[m])
-        value = default_utility(due, weight).value(float(end), float(problem.arrival_s[m]))
+        value = problem.utility(m).value(float(end), float(problem.arrival_s[m]))
         values[job] = round(value, 3)
     return {"total": round(sum(values.values()), 3), "jobs": values}
 

@@ -86,12 +86,16 @@ def add_trace(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     g.add_argument("--format", choices=("jsonl", "csv"), help="output format (default: by name)")
     g.add_argument(
         "--scenario",
-        choices=("andreas1", "andreas2"),
+        choices=("andreas1", "andreas2", "hadar"),
         help="ANDREAS's evaluation instead: N nodes half V100 half T4 (1: 2 x V100 or 1 x T4 per "
         "node; 2: 4 x V100 or 2 x T4), 10 N jobs with due dates; also writes STEM.nodes.toml "
-        "and STEM.throughputs.json for `hetsched simulate` (docs/simulation.md)",
+        "and STEM.throughputs.json for `hetsched simulate`; or hadar: Hadar's batch of 480 "
+        "jobs (--jobs N) at time 0 on 15 x 4 GPUs (20 v100, 20 p100, 20 k80), also writes "
+        "STEM.nodes.toml (docs/simulation.md)",
     )
-    g.add_argument("--nodes", type=int, metavar="N", help="with --scenario: number of nodes")
+    g.add_argument(
+        "--nodes", type=int, metavar="N", help="with --scenario andreas1/2: number of nodes"
+    )
     g.add_argument(
         "--t4-ratio",
         type=float,
@@ -107,6 +111,8 @@ def trace_command(args: argparse.Namespace) -> int:
     from slurm_hetsched.sim.restart_costs import check_restart_range
     from slurm_hetsched.sim.scenarios import run_generate_scenario
 
+    if args.scenario == "hadar":
+        return _hadar(args)
     if args.scenario:
         if args.nodes is None:
             raise ConfigError("--scenario needs --nodes N")
@@ -198,6 +204,41 @@ def trace_command(args: argparse.Namespace) -> int:
             gpu_types=args.gpu_types.split(",") if args.gpu_types else None,
             due_factor=number_pair(args.due_factor, "--due-factor") if args.due_factor else None,
             tardiness_weight=number_pair(args.tardiness_weight, "--tardiness-weight"),
+        )
+    )
+    return 0
+
+
+def _hadar(args: argparse.Namespace) -> int:
+    """`--scenario hadar`: its own nodes, and jobs drawn by the scenario (--jobs, --seed)."""
+    from slurm_hetsched.sim.scenario_hadar import N_JOBS, run_generate_hadar
+
+    given = [
+        flag
+        for flag, value in (
+            ("--nodes", args.nodes),
+            ("--rate", args.rate),
+            ("--lam", args.lam),
+            ("--due-factor", args.due_factor),
+            ("--gpu-types", args.gpu_types),
+            ("--arrivals", args.arrivals),
+            ("--burst-jobs-max", args.burst_jobs_max),
+            ("--burst-window", args.burst_window),
+            ("--burst-quiet", args.burst_quiet),
+            ("--restart-range", args.restart_range),
+        )
+        if value is not None
+    ]
+    if given:
+        raise ConfigError(
+            f"--scenario hadar has its own nodes and draws the jobs itself; drop {', '.join(given)}"
+        )
+    n_jobs = N_JOBS if args.jobs is None else args.jobs
+    if n_jobs < 1:
+        raise ConfigError(f"--jobs {n_jobs}: expected a whole number >= 1")
+    print(
+        run_generate_hadar(
+            args.output, args.seed, n_jobs, throughputs=args.throughputs, fmt=args.format
         )
     )
     return 0

@@ -135,7 +135,14 @@ def write_admin_comments(
             placement=placements.get(key),
             share=share,
             priority=plan.priority.get(key),
-            reason=admin_reason(key, outcome, placements, job, plan.held),
+            reason=admin_reason(
+                key,
+                outcome,
+                placements,
+                job,
+                plan.held,
+                allocation.waiting if allocation is not None else {},
+            ),
             estimated=unmeasured_estimates(table, job, measured.get(key, {}), list(share)),
         )
         current = "" if key in outcome.resubmitted else job.leader.admin_comment
@@ -177,8 +184,10 @@ def admin_reason(
     placements: Mapping[str, Placement],
     job: ManagedJob,
     held: Mapping[str, str],
+    waiting: Mapping[str, str] | None = None,
 ) -> str:
-    """The last word of a managed job's admin comment: what the round did with it."""
+    """The last word of a managed job's admin comment: what the round did with it (a job a
+    pricing policy did not admit: `waiting:` and why, e.g. `waiting:price=3.1>=utility=2.4`)."""
     if key in outcome.failed:
         return "failed:" + outcome.failed[key].split(":")[0].replace(" ", "-")[:40]
     if key in outcome.moved or key in outcome.resubmitted:
@@ -195,6 +204,8 @@ def admin_reason(
         return "kept:" + held[key].split(":")[0].replace(" ", "-")
     if key in outcome.kept:
         return "kept"
+    if waiting and key in waiting:
+        return "waiting:" + "".join(waiting[key].split())[:80]
     return "queued"
 
 

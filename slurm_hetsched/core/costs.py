@@ -320,13 +320,11 @@ def decision_costs(
 
 
 def placement_rate(problem: Problem, m: int, placement: Placement) -> float:
-    """Steps/s of job row `m` on `placement`: its throughput at the placement's GPU count on
-    the placement's (single) type, from `problem.rates_at` (scaled where not measured)."""
-    types_ = placement.gpu_types
-    if len(types_) != 1:
-        return 0.0
-    j = problem.gpu_types.index(types_[0])
-    return float(problem.rates_at(placement.num_gpus)[m, j])
+    """Steps/s of job row `m` on `placement`: its throughput at the placement's GPU count,
+    from `problem.rates_at` (scaled where not measured); a gang across types runs at its
+    slowest type's rate at that count (synchronous data parallel)."""
+    rates = problem.rates_at(placement.num_gpus)[m]
+    return min(float(rates[problem.gpu_types.index(t)]) for t in placement.gpu_types)
 
 
 def _base_share_per_gpu(problem: Problem, base_w: float) -> np.ndarray:

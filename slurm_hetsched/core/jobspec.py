@@ -19,6 +19,9 @@ from datetime import datetime, tzinfo
 
 from slurm_hetsched.core.utility import (
     DEFAULT_MAX_UTILITY,
+    SHARP_MAX,
+    TARGET_MAX_S,
+    UMAX_MAX,
     UTILITY_KINDS,
     Utility,
     default_utility,
@@ -52,9 +55,8 @@ CLASS_MAX = 128
 COPY_MAX = 1023
 JOB_KEY_MAX = 64
 MEM_GIB_MAX = 4096.0  # GiB of memory one GPU of a job needs; above every GPU made so far
-UMAX_MAX = 1e6  # the most a job's utility may be worth (`umax=`)
-TARGET_MAX_S = 10 * 365.25 * 86400.0  # a utility's target: at most ten years from arrival
-SHARP_MAX = 3600.0  # a sigmoid's steepness per hour: a step within a second
+# The utility's bounds, UMAX_MAX, TARGET_MAX_S and SHARP_MAX, are core/utility.py's (shared
+# with the traces and what-if problems), imported above and read here as this module's.
 
 _SHOWN_MAX = 40  # characters of an offending value a message echoes (values may be megabytes)
 # ASCII only: str.isdigit() and float() also accept other scripts' digits, '_' and 'nan'.

@@ -48,6 +48,8 @@ def build_problem(
     snapshot: ClusterSnapshot,
     site: SiteData,
     running: Mapping[str, Placement] | None = None,
+    *,
+    mixed_gangs: bool = False,
 ) -> Problem:
     """The problem of the jobs and free GPUs in `snapshot`.
 
@@ -62,6 +64,7 @@ def build_problem(
         site: throughput table, GPU type data, energy data, accounts.
         running: job -> where it runs now, for the placement policies (ANDREAS keeps or
             re-plans these); jobs that left the snapshot are ignored.
+        mixed_gangs: for a policy that places gangs across GPU types (`Problem.mixed_gangs`).
 
     Raises:
         InvalidProblemError: a job whose class the table does not know, or that no GPU type of
@@ -98,6 +101,7 @@ def build_problem(
     # (core/memory_fit.py); last, so no rescale or measurement brings a rate back.
     too_small = misfits(jobs, gpu_types, site.gpu_types)
     throughput[too_small] = 0.0
+    spread = _spread_throughput(site.table, keys, known, gpu_types, throughput)
     has_steps = all(job.steps_remaining is not None for job in jobs)
     due = [math.nan if job.due_s is None else job.due_s for job in jobs]
     slo = [math.inf if job.slo_s is None else job.slo_s for job in jobs]
@@ -127,7 +131,51 @@ def build_problem(
         ),
         throughput_at=_throughput_at(snapshot, site.table, known, too_small) if flexible else None,
         energy=EnergyModel.from_catalog(site.gpu_types, site.energy, gpu_types),
+        utilities=(
+            tuple(job.the_utility() for job in jobs)
+            if any(job.utility is not None for job in jobs)
+            else None
+        ),
+        restart_s=(
+            np.array([math.nan if j.restart_s is None else j.restart_s for j in jobs], float)
+            if any(job.restart_s is not None for job in jobs)
+            else None
+        ),
+        throughput_spread=spread,
+        attained_gpu_s=(
+            np.array([job.attained_gpu_s for job in jobs], dtype=float)
+            if any(job.attained_gpu_s for job in jobs)
+            else None
+        ),
+        mixed_gangs=mixed_gangs,
     )
+
+
+def _spread_throughput(
+    table: ThroughputTable,
+    keys: list[tuple[str, int]],
+    known: list[str],
+    gpu_types: tuple[str, ...],
+    throughput: np.ndarray,
+) -> np.ndarray | None:
+    """(n_jobs, n_types) steps/s with each job's GPUs spread over nodes: its (rescaled)
+    throughput times the table's unconsolidated / consolidated ratio at its GPU count, capped
+    at 1 (spreading never speeds a job up; a few of Gavel's figures say so, within their
+    noise). None when no job has more than one GPU (nothing can be spread)."""
+    if not any(count > 1 for _class, count in keys):
+        return None
+    together = table.matrix(keys, known)
+    apart = table.matrix(keys, known, consolidated=False)
+    ratio = np.ones((len(keys), len(gpu_types)))
+    for j, t in enumerate(gpu_types):
+        if t in known:
+            k = known.index(t)
+            ratio[:, j] = np.divide(
+                apart[:, k], together[:, k], out=np.ones(len(keys)), where=together[:, k] > 0
+            )
+    single = np.array([count == 1 for _class, count in keys])
+    ratio[single] = 1.0
+    return np.asarray(throughput * np.clip(ratio, 0.0, 1.0))
 
 
 # table_rate keeps at most this many answers per table.

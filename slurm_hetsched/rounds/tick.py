@@ -82,6 +82,9 @@ class Tick(Generic[ObservationT]):
         self.store = store
         self.settings = settings or TickSettings()
         self.round_options = round_options_for(policy, self.settings.round_options)
+        # A policy that places gangs across GPU types (hadar) also sees the jobs no single
+        # type has room for, when the types they run on have room together.
+        self.mixes_types = bool(getattr(policy, "mixes_types", False))
         self.last_observation: ObservationT | None = None
         # Seconds each phase of the last round took (observe, decide, plan, enact, record):
         # measured only, never read by a decision.
@@ -200,7 +203,9 @@ class Tick(Generic[ObservationT]):
                     (), snapshot.gpu_types, np.zeros((0, k)), 0.0, 0.0, self.policy.name
                 )
             part = dataclasses.replace(snapshot, jobs=subset)
-            problem = build_problem(part, self.site, running=state.placements)
+            problem = build_problem(
+                part, self.site, running=state.placements, mixed_gangs=self.mixes_types
+            )
             return self.policy.allocate(restricted(problem, targets))
 
         allocation, set_aside = allocate_setting_aside(fitting, solve)
@@ -208,17 +213,20 @@ class Tick(Generic[ObservationT]):
 
     def _fits(self, job: Job, snapshot: ClusterSnapshot, capacity: Mapping[str, float]) -> bool:
         """Whether some GPU type has `job.num_gpus` free GPUs, enough memory and can run its
-        class (a class the table does not know is left to the policy, which reports it)."""
+        class (for a policy that mixes types: such types together), a class the table does
+        not know being left to the policy, which reports it."""
         small = too_small(job.mem_gib, snapshot.gpu_types, self.site.gpu_types)
         try:
-            return any(
-                capacity.get(t, 0.0) >= job.num_gpus
-                and not small[i]
-                and table_rate(self.site.table, job.job_class, t, job.num_gpus) > 0
+            room = [
+                capacity.get(t, 0.0)
                 for i, t in enumerate(snapshot.gpu_types)
-            )
+                if not small[i] and table_rate(self.site.table, job.job_class, t, job.num_gpus) > 0
+            ]
         except HetschedError:
             return True
+        if self.mixes_types:
+            return sum(room) >= job.num_gpus
+        return any(free >= job.num_gpus for free in room)
 
 
 # At most this many jobs are set aside in one round: more failures than that are not one

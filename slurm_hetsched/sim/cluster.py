@@ -254,6 +254,8 @@ class SimulatedCluster:
                     job = job.with_steps_remaining(state.steps_left)
                 if self.reports_rates and working > 0:
                     job = _with_measurement(job, placement, state.rate)
+                if held > 0:
+                    job = job.with_attained(sum(state.gpu_s.values()))
                 self._job_of[job_id] = job
             else:
                 state.placement = None

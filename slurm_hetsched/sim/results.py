@@ -122,8 +122,8 @@ class SimResult:
         exploration_stints: (job, GPU type) stints given to classes in no table so that they
             are measured there (core/explore.py); their moves are among `moves`.
         total_utility: the sum of the jobs' utilities at their completion (core/utility.py;
-            a trace job's is its due date and tardiness weight read as one); a job that did
-            not finish is worth 0.
+            a trace job's own `utility`, else its due date and tardiness weight read as one); a
+            job that did not finish is worth 0.
     """
 
     policy: str

@@ -30,7 +30,6 @@ from slurm_hetsched.core.model import Node
 from slurm_hetsched.core.policies.base import Policy
 from slurm_hetsched.core.problem import SiteData
 from slurm_hetsched.core.throughput import ThroughputTable
-from slurm_hetsched.core.utility import default_utility
 from slurm_hetsched.rounds.clocks import SimClock
 from slurm_hetsched.rounds.tick import Tick, TickSettings
 from slurm_hetsched.sim.cluster import SimulatedCluster, SimulationError
@@ -275,9 +274,7 @@ def sim_result(
         estimates=estimates_note(site.table, counts, trace),
         exploration_stints=outcome.exploration_stints,
         total_utility=sum(
-            default_utility(job.due_s, job.tardiness_weight).value(
-                states[job.job_id].end_s, job.arrival_s
-            )
+            job.the_utility().value(states[job.job_id].end_s, job.arrival_s)
             for job in trace
             if states[job.job_id].end_s is not None
         ),

@@ -3,12 +3,20 @@ trace: at least one job, ids unique. Every trace format parses into these record
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from slurm_hetsched.core.jobspec import MEM_GIB_MAX
 from slurm_hetsched.core.model import Job
+from slurm_hetsched.core.utility import (
+    Utility,
+    UtilityFieldError,
+    default_utility,
+    utility_fields,
+    utility_from_fields,
+)
 from slurm_hetsched.errors import TraceError
 from slurm_hetsched.sim.restart_costs import MAX_RESTART_S, is_restart_s
 
@@ -34,6 +42,10 @@ class TraceJob:
             None for the simulation's default (sim/restart_costs.py). Gavel's format has none.
         mem_gib: GPU memory one GPU of the job needs (GiB, as the job spec's `mem=`), or None;
             GPU types with less are ruled out for it (core/memory_fit.py).
+        utility: what finishing is worth to the job (core/utility.py; the record's `utility`,
+            `umax`, `target_s`, `sharp`), or None: its due date and tardiness weight read as
+            one. It must be one those fields can give with the job's due date and tardiness
+            weight (the due date of a shape that reads none is set to the job's).
         source: the file (or other origin) the job came from, for messages only.
         line: its line in `source` (1-based), or None; for messages only.
     """
@@ -51,6 +63,7 @@ class TraceJob:
     allowed_gpus: tuple[int, ...] = ()
     restart_s: float | None = None
     mem_gib: float | None = None
+    utility: Utility | None = None
     source: str = field(default="", compare=False)
     line: int | None = field(default=None, compare=False)
 
@@ -80,6 +93,33 @@ class TraceJob:
         for ok, key, value, expected in checks:
             if not ok:
                 raise TraceError(f"{self.where}: {key} is {value!r}; expected {expected}")
+        if self.utility is not None:
+            object.__setattr__(self, "utility", self._written_utility(self.utility))
+
+    def _written_utility(self, utility: Utility) -> Utility:
+        """`utility` as the trace's fields give it back with this job's due date and
+        tardiness weight (so that writing and reading keep it); TraceError if they cannot."""
+        try:
+            written = utility_from_fields(
+                *utility_fields(utility), self.due_s, self.tardiness_weight
+            )
+        except UtilityFieldError as exc:
+            raise TraceError(f"{self.where}: {exc}") from None
+        if utility.kind in ("sigmoid", "linear") or utility.target_s is not None:
+            utility = dataclasses.replace(utility, due_s=written.due_s)  # it reads no due date
+        if utility != written:
+            raise TraceError(
+                f"{self.where}: utility is {utility!r}; expected one the fields utility, umax, "
+                f"target_s and sharp give with the job's due_s ({self.due_s!r}) and "
+                f"tardiness_weight ({self.tardiness_weight!r})"
+            )
+        return written
+
+    def the_utility(self) -> Utility:
+        """Its utility: its own, or its due date and tardiness weight read as one."""
+        if self.utility is not None:
+            return self.utility
+        return default_utility(self.due_s, self.tardiness_weight)
 
     @property
     def where(self) -> str:
@@ -109,6 +149,7 @@ class TraceJob:
             allowed_gpus=self.allowed_gpus,
             restart_s=self.restart_s if restart_s is None else restart_s,
             mem_gib=self.mem_gib,
+            utility=self.utility,
         )
 
 

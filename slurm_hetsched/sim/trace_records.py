@@ -9,6 +9,12 @@ import json
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from slurm_hetsched.core.utility import (
+    Utility,
+    UtilityFieldError,
+    utility_fields,
+    utility_from_fields,
+)
 from slurm_hetsched.errors import TraceError
 from slurm_hetsched.sim.trace_fields import number_field, whole_field
 from slurm_hetsched.sim.trace_job import Trace, TraceJob, finish_trace
@@ -29,8 +35,14 @@ KEYS = (
     "allowed_gpus",
     "restart_s",
     "mem_gib",
+    "utility",
+    "umax",
+    "target_s",
+    "sharp",
 )
 REQUIRED_KEYS = ("arrival_s", "class", "steps")
+# The keys of a job's utility (core/utility.py `utility_from_fields`), in KEYS order.
+_UTILITY_KEYS = ("utility", "umax", "target_s", "sharp")
 
 
 def parse_jsonl(text: str, *, source: str = "<string>") -> Trace:
@@ -40,7 +52,10 @@ def parse_jsonl(text: str, *, source: str = "<string>") -> Trace:
     num_gpus (1, or the smallest of allowed_gpus), weight (1), account (""), due_s,
     tardiness_weight (0), slo_s, allowed_gpus (a list of GPU counts), restart_s (seconds one
     move costs the job; none: the simulation's default), mem_gib (GPU memory one GPU of the
-    job needs, GiB; none: unknown); null means the default.
+    job needs, GiB; none: unknown), utility (sigmoid, linear or deadline) with umax, target_s
+    (seconds from arrival) and sharp (per hour), as the job spec's `utility=`, `umax=`,
+    `target=` and `sharp=` (none: the due date and tardiness weight read as a utility, with
+    umax if given); null means the default.
     Unknown keys are rejected.
 
     Raises:
@@ -175,9 +190,32 @@ def _record_job(
         allowed_gpus=allowed,
         restart_s=optional("restart_s"),
         mem_gib=optional("mem_gib"),
+        utility=_utility(present, here, optional("due_s"), 0.0 if tardiness is None else tardiness),
         source=source,
         line=lineno,
     )
+
+
+def _utility(
+    present: Mapping[str, Any], here: str, due_s: float | None, tardiness_weight: float
+) -> Utility | None:
+    """The record's utility from `utility`, `umax`, `target_s` and `sharp` (core/utility.py
+    `utility_from_fields`, the job spec's rules and bounds), or None when it gives none."""
+    if not any(key in present for key in _UTILITY_KEYS):
+        return None
+    kind = present.get("utility")
+    if isinstance(kind, str):
+        kind = kind.strip()
+
+    def number(key: str) -> float | None:
+        return number_field(present[key], key, here) if key in present else None
+
+    try:
+        return utility_from_fields(
+            kind, number("umax"), number("target_s"), number("sharp"), due_s, tardiness_weight
+        )
+    except UtilityFieldError as exc:
+        raise TraceError(f"{here}: {exc}") from None
 
 
 def _allowed_gpus(value: Any, here: str, csv_cell: bool) -> tuple[int, ...]:
@@ -213,7 +251,16 @@ def _record(job: TraceJob) -> dict[str, Any]:
         "allowed_gpus": list(job.allowed_gpus) if job.allowed_gpus else None,
         "restart_s": job.restart_s,
         "mem_gib": job.mem_gib,
+        **dict(zip(_UTILITY_KEYS, _utility_record(job.utility), strict=True)),
     }
+
+
+def _utility_record(
+    utility: Utility | None,
+) -> tuple[str | None, float | None, float | None, float | None]:
+    """The record's utility, umax, target_s and sharp: all None without a utility; umax
+    always with one (so that the default shape with the default umax reads back as given)."""
+    return (None, None, None, None) if utility is None else utility_fields(utility)
 
 
 def _csv_cell(value: Any) -> str:

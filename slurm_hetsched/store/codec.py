@@ -4,6 +4,7 @@ crashed would have planned)."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
@@ -20,6 +21,7 @@ from slurm_hetsched.core.model import (
     RoundState,
 )
 from slurm_hetsched.core.ports import EnactReport, RoundRecord
+from slurm_hetsched.core.utility import Utility
 
 
 def placement_to_json(p: Placement) -> list[list[Any]]:
@@ -50,6 +52,7 @@ def allocation_to_json(a: Allocation) -> dict[str, Any]:
         "solves": a.solves,
         "unmet_slos": None if a.unmet_slos is None else list(a.unmet_slos),
         "placements": None if a.placements is None else _placements_to_json(a.placements),
+        "waiting": dict(a.waiting),
     }
 
 
@@ -66,6 +69,7 @@ def allocation_from_json(d: Mapping[str, Any]) -> Allocation:
         solves=int(d["solves"]),
         unmet_slos=None if d["unmet_slos"] is None else tuple(d["unmet_slos"]),
         placements=None if d["placements"] is None else _placements_from_json(d["placements"]),
+        waiting={str(k): str(v) for k, v in (d.get("waiting") or {}).items()},
     )
 
 
@@ -199,10 +203,30 @@ def snapshot_to_json(s: ClusterSnapshot) -> dict[str, Any]:
                 "measured_steps_per_s": dict(j.measured_steps_per_s),
                 "restart_s": j.restart_s,
                 "mem_gib": j.mem_gib,  # absent in older stores: None
+                "utility": None if j.utility is None else utility_to_json(j.utility),
+                "attained_gpu_s": j.attained_gpu_s,
             }
             for j in s.jobs
         ],
     }
+
+
+def utility_to_json(u: Utility) -> dict[str, Any]:
+    return dataclasses.asdict(u)
+
+
+def utility_from_json(d: Mapping[str, Any] | None) -> Utility | None:
+    """A stored utility (absent in older stores: None, the default from the due date)."""
+    if d is None:
+        return None
+    return Utility(
+        kind=str(d["kind"]),
+        max_utility=float(d["max_utility"]),
+        target_s=None if d.get("target_s") is None else float(d["target_s"]),
+        sharpness_per_h=float(d.get("sharpness_per_h", 1.0)),
+        due_s=None if d.get("due_s") is None else float(d["due_s"]),
+        tardiness_weight=float(d.get("tardiness_weight", 0.0)),
+    )
 
 
 def snapshot_from_json(d: Mapping[str, Any]) -> ClusterSnapshot:
@@ -227,6 +251,8 @@ def snapshot_from_json(d: Mapping[str, Any]) -> ClusterSnapshot:
                     "measured_steps_per_s": {
                         str(t): float(v) for t, v in (j.get("measured_steps_per_s") or {}).items()
                     },
+                    "utility": utility_from_json(j.get("utility")),
+                    "attained_gpu_s": float(j.get("attained_gpu_s") or 0.0),
                 }
             )
             for j in d["jobs"]

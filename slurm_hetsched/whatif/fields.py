@@ -8,6 +8,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from slurm_hetsched.core.model import InvalidProblemError
+from slurm_hetsched.core.utility import Utility, UtilityFieldError, utility_from_fields
+
+UTILITY_KEYS = ("kind", "umax", "target_s", "sharp")
 
 
 def check_keys(data: Mapping[str, Any], valid: set[str], where: str) -> None:
@@ -75,3 +78,34 @@ def whole_count(value: Any, where: str) -> int:
     if not _is_number(value) or value < 0 or value != int(value):
         raise InvalidProblemError(f"{where}: {value!r} must be a whole number >= 0")
     return int(value)
+
+
+def utility_at(
+    job: Mapping[str, Any], due_s: float | None, tardiness_weight: float
+) -> Utility | None:
+    """The job's `utility` object ({"kind", "umax", "target_s", "sharp"}, all optional, as the
+    job spec's `utility=`, `umax=`, `target=` and `sharp=`; core/utility.py
+    `utility_from_fields`), or None when the job has none."""
+    if "utility" not in job:
+        return None
+    where = f"job {job.get('id')!r} / utility"
+    raw = object_at(job, "utility", f"job {job.get('id')!r}")
+    check_keys(raw, set(UTILITY_KEYS), where)
+    numbers: dict[str, float | None] = {}
+    for key in UTILITY_KEYS[1:]:
+        value = raw.get(key)
+        if value is not None and not _is_number(value):
+            raise InvalidProblemError(f"{where}: `{key}` must be a number, got {value!r}")
+        numbers[key] = None if value is None else float(value)
+    try:
+        return utility_from_fields(
+            raw.get("kind"),
+            numbers["umax"],
+            numbers["target_s"],
+            numbers["sharp"],
+            due_s,
+            tardiness_weight,
+            kind_key="kind",
+        )
+    except UtilityFieldError as exc:
+        raise InvalidProblemError(f"{where}: {exc}") from None

@@ -27,6 +27,7 @@ from slurm_hetsched.core.model import (
 )
 from slurm_hetsched.core.throughput import ThroughputTable
 from slurm_hetsched.core.throughput.prior import with_estimates
+from slurm_hetsched.core.utility import Utility, default_utility
 from slurm_hetsched.data_files import shipped_gpu_types, shipped_site_energy, shipped_throughputs
 from slurm_hetsched.whatif.fields import (
     check_keys,
@@ -34,6 +35,7 @@ from slurm_hetsched.whatif.fields import (
     non_negative,
     number_at,
     object_at,
+    utility_at,
     whole_count,
 )
 from slurm_hetsched.whatif.rates import (
@@ -61,6 +63,7 @@ _JOB_KEYS = {
     "packed",
     "allowed_gpus",
     "running_on",
+    "utility",
 }
 _NODE_KEYS = {"name", "gpus", "gpus_in_use", "available"}
 _SLICE_KEYS = {"node", "type", "count"}
@@ -108,6 +111,8 @@ def parse_problem(data: Mapping[str, Any], table: ThroughputTable | None = None)
     ).reshape(len(jobs), len(gpu_types))
     prices = [catalog[t].price_per_hour if t in catalog else None for t in gpu_types]
     any_allowed = any(a is not None for a in allowed)
+    due_s = _optional_column(jobs, "due_s", fill=math.nan)
+    tardiness_weight = _optional_column(jobs, "tardiness_weight", fill=0.0, minimum=0.0)
     return Problem(
         job_ids=ids,
         gpu_types=gpu_types,
@@ -119,8 +124,8 @@ def parse_problem(data: Mapping[str, Any], table: ThroughputTable | None = None)
         accounts=_accounts(data),
         arrival_s=np.array([number_at(job, "arrival_s", 0.0) for job in jobs]),
         steps=_optional_column(jobs, "steps", minimum=0.0),
-        due_s=_optional_column(jobs, "due_s", fill=math.nan),
-        tardiness_weight=_optional_column(jobs, "tardiness_weight", fill=0.0, minimum=0.0),
+        due_s=due_s,
+        tardiness_weight=tardiness_weight,
         slo_s=_optional_column(jobs, "slo_s", fill=math.inf, positive=True),
         received_s=_received(jobs, gpu_types),
         packed=with_table_pairs(
@@ -136,6 +141,7 @@ def parse_problem(data: Mapping[str, Any], table: ThroughputTable | None = None)
         ),
         throughput_at=throughput_at(jobs, allowed, gpu_types, table) if any_allowed else None,
         energy=EnergyModel.from_catalog(catalog, site, gpu_types),
+        utilities=_utilities(jobs, due_s, tardiness_weight),
     )
 
 
@@ -284,6 +290,21 @@ def _optional_column(
             raise InvalidProblemError(f"job {job['id']!r}: `{key}` {value} must be >= {minimum}")
         values.append(value)
     return np.array(values)
+
+
+def _utilities(
+    jobs: list[Mapping[str, Any]], due_s: np.ndarray | None, tardiness_weight: np.ndarray | None
+) -> tuple[Utility, ...] | None:
+    """Each job's `utility` (whatif/fields.py `utility_at`), the others' due date and
+    tardiness weight read as one; None when no job gives one."""
+    if not any("utility" in job for job in jobs):
+        return None
+    utilities = []
+    for m, job in enumerate(jobs):
+        due = None if due_s is None or math.isnan(due_s[m]) else float(due_s[m])
+        weight = 0.0 if tardiness_weight is None else float(tardiness_weight[m])
+        utilities.append(utility_at(job, due, weight) or default_utility(due, weight))
+    return tuple(utilities)
 
 
 def _received(jobs: list[Mapping[str, Any]], gpu_types: tuple[str, ...]) -> np.ndarray | None:

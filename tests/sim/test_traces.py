@@ -502,7 +502,8 @@ def test_allowed_gpus_round_trip_in_both_formats(tmp_path: Path) -> None:
     assert '"allowed_gpus": [1, 2, 4]' in jsonl.splitlines()[0]
     assert '"allowed_gpus": null' in jsonl.splitlines()[1]
     csv_text = format_trace(trace, "csv")
-    assert csv_text.splitlines()[1].endswith(",1;2;4,,")  # restart_s and mem_gib empty
+    # restart_s, mem_gib and the utility's four (utility, umax, target_s, sharp) empty
+    assert csv_text.splitlines()[1].endswith(",1;2;4,,,,,,")
     assert csv_text.splitlines()[2].endswith(",,")
     for suffix in (".jsonl", ".csv"):
         write_trace(tmp_path / f"t{suffix}", trace)

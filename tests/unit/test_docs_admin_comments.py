@@ -11,6 +11,7 @@ from datetime import UTC
 from pathlib import Path
 from types import SimpleNamespace
 
+import numpy as np
 import pytest
 
 from slurm_hetsched.controller import round_report
@@ -20,7 +21,9 @@ from slurm_hetsched.controller.admin_comment import (
     format_rejected_comment,
 )
 from slurm_hetsched.core.jobspec import JobSpecError, parse_job_spec
-from slurm_hetsched.core.model import GpuSlice, Placement
+from slurm_hetsched.core.model import GpuSlice, Node, Placement, Problem
+from slurm_hetsched.core.policies.hadar import Hadar
+from slurm_hetsched.core.utility import Utility
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
@@ -34,7 +37,9 @@ _PRIORITY = r"(-|\d[\d.e+-]*)"
 _TYPES = rf"(\?|{_TYPE}(\+{_TYPE})*)"
 REASON = re.compile(
     rf"(started|kept|kept:(residence|finishing|no-gain)|queued|stopped:queued"
-    rf"|moved:{_TYPES}->{_TYPES}|failed:\S+)"
+    rf"|moved:{_TYPES}->{_TYPES}|failed:\S+"
+    rf"|waiting:(price=[\d.e+-]+(>=|<)utility=[\d.e+-]+|no-room:\d+-GPUs,utility=[\d.e+-]+"
+    rf"|preempted:utility=0))"
 )
 MANAGED = re.compile(
     rf"{PREFIX} r=\d+ {_TARGET} share={_SHARE} prio={_PRIORITY} (?P<reason>\S+)", re.ASCII
@@ -77,12 +82,21 @@ def test_the_code_writes_what_the_pattern_describes() -> None:
     assert NOT_MANAGED.fullmatch(format_rejected_comment("unknown key 'x';\n  valid: a"))
 
 
-def reason_of(held: dict[str, str] | None = None, **outcome: object) -> str:
+def reason_of(
+    held: dict[str, str] | None = None, waiting: dict[str, str] | None = None, **outcome: object
+) -> str:
     fields: dict[str, object] = {"failed": {}, "moved": [], "resubmitted": {}, "started": []}
     fields |= {"stopped": [], "kept": [], "previous_type": {}} | outcome
     placements = {"j": Placement("j", (GpuSlice("n1", "v100", 2),))}
     outcome_ = SimpleNamespace(**fields)
-    return round_report.admin_reason("j", outcome_, placements, None, held or {})  # type: ignore[arg-type]
+    return round_report.admin_reason(
+        "j",
+        outcome_,  # type: ignore[arg-type]
+        placements,
+        None,  # type: ignore[arg-type]
+        held or {},
+        waiting or {},
+    )
 
 
 @pytest.mark.parametrize(
@@ -110,6 +124,28 @@ def test_a_job_kept_by_amortized_moves_shows_the_rule_only(why: str) -> None:
     changes) carries the rule's name."""
     reason = reason_of(held={"j": why}, kept=["j"])
     assert REASON.fullmatch(reason) and reason == "kept:" + why.split(":")[0].replace(" ", "-")
+
+
+def test_a_job_hadar_leaves_waiting_shows_why() -> None:
+    """The reasons hadar gives (core/policies/hadar.py) fit the pattern as they are."""
+    problem = Problem(
+        job_ids=("j", "k", "l"),
+        gpu_types=("v100",),
+        throughput=np.ones((3, 1)),
+        capacity=np.array([1.0]),
+        steps=np.array([7200.0, 100.0, 100.0]),
+        nodes=(Node("n1", {"v100": 1}),),
+        utilities=(
+            Utility("deadline", 5.0, target_s=60.0),
+            Utility("flat", 10.0),
+            Utility("flat", 10.0),
+        ),
+    )
+    waiting = Hadar().allocate(problem).waiting
+    assert set(waiting) == {"j", "l"}
+    for key in waiting:
+        reason = reason_of(waiting={"j": waiting[key]})
+        assert reason.startswith("waiting:") and REASON.fullmatch(reason), reason
 
 
 def test_the_docs_show_admin_comments() -> None:

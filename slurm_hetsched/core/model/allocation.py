@@ -5,7 +5,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -39,8 +39,10 @@ class Allocation:
         unmet_slos: policies with SLOs: the jobs whose SLO this allocation does not meet (it
             meets all the others); None for policies that do not consider SLOs.
         placements: policies that place jobs on nodes (ANDREAS, the exclusive baselines):
-            job -> its GPUs now, with x 1 on that type; a job absent is postponed. None for
-            time-fraction policies.
+            job -> its GPUs now, with x 1 on that type (a gang across types: each type's
+            share of its GPUs); a job absent is postponed. None for time-fraction policies.
+        waiting: policies that admit jobs by price (hadar): job -> why it was not admitted,
+            e.g. "price 3.1 > utility 2.4" (its admin comment says so); {} for the others.
     """
 
     job_ids: tuple[str, ...]
@@ -55,8 +57,10 @@ class Allocation:
     pair_x: np.ndarray | None = None  # (n_pairs, n_types) time fractions of each pair
     unmet_slos: tuple[str, ...] | None = None
     placements: Mapping[str, Placement] | None = None
+    waiting: Mapping[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
+        set_field(self, "waiting", frozen_mapping(self.waiting))
         shape = (len(self.job_ids), len(self.gpu_types))
         set_field(self, "x", frozen_array(self.x, float, "allocation x", shape))
         if self.placements is not None:
@@ -79,7 +83,8 @@ class Allocation:
 
         Space sharing adds "packed": [{"jobs": [a, b], "allocation": {type: fraction}}] for
         the pairs with a non-zero rounded share; policies with SLOs add "unmet_slos";
-        placement policies add "placement": {job: [{"node", "type", "count"}]}.
+        placement policies add "placement": {job: [{"node", "type", "count"}]}; admission
+        policies add "waiting": {job: why it was not admitted}.
         """
         out: dict[str, Any] = {
             "policy": self.policy,
@@ -112,4 +117,6 @@ class Allocation:
                 job: [{"node": s.node, "type": s.gpu_type, "count": s.count} for s in p.slices]
                 for job, p in sorted(self.placements.items())
             }
+        if self.waiting:
+            out["waiting"] = dict(sorted(self.waiting.items()))
         return out

@@ -20,6 +20,7 @@ from slurm_hetsched.core.model.frozen import (
     frozen_mapping,
     set_field,
 )
+from slurm_hetsched.core.utility import Utility, default_utility
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,6 +126,11 @@ class Job:
             `mem=` and the peak its progress reports measured (live), or the trace's
             `mem_gib`; GPU types with less memory are ruled out (core/memory_fit.py). None:
             unknown, no type is ruled out.
+        utility: what finishing at a given time is worth (the spec's `utility=`,
+            core/utility.py); None: its due date and tardiness weight read as one
+            (`default_utility`).
+        attained_gpu_s: GPU-seconds the job has run so far, all moves included (the
+            least-attained-service baseline orders by it); 0 when unknown.
     """
 
     key: str
@@ -145,6 +151,8 @@ class Job:
     measured_steps_per_s: Mapping[str, float] = field(default_factory=lambda: EMPTY)
     restart_s: float | None = None
     mem_gib: float | None = None
+    utility: Utility | None = None
+    attained_gpu_s: float = 0.0
 
     def __post_init__(self) -> None:
         set_field(self, "received_s", frozen_mapping(self.received_s))
@@ -177,6 +185,18 @@ class Job:
                 "of GiB > 0"
             )
 
+        if not (math.isfinite(self.attained_gpu_s) and self.attained_gpu_s >= 0):
+            raise InvalidProblemError(
+                f"job {self.key!r}: attained service {self.attained_gpu_s} GPU-s; expected a "
+                "finite number >= 0"
+            )
+
+    def the_utility(self) -> Utility:
+        """Its utility: the spec's, or its due date and tardiness weight read as one."""
+        if self.utility is not None:
+            return self.utility
+        return default_utility(self.due_s, self.tardiness_weight)
+
     def with_steps_remaining(self, steps_remaining: float) -> Job:
         """This job with only `steps_remaining` changed: a simulation's progress, every round
         for every running job. The other fields were checked when this job was made, so the
@@ -186,6 +206,16 @@ class Job:
                 f"job {self.key!r}: steps_remaining {steps_remaining} is not a number >= 0"
             )
         return copy_with(self, _JOB_FIELDS, "steps_remaining", steps_remaining)
+
+    def with_attained(self, attained_gpu_s: float) -> Job:
+        """This job with only `attained_gpu_s` changed (a simulation's accounting, checked
+        alone as `with_steps_remaining` is)."""
+        if not (math.isfinite(attained_gpu_s) and attained_gpu_s >= 0):
+            raise InvalidProblemError(
+                f"job {self.key!r}: attained service {attained_gpu_s} GPU-s is not a finite "
+                "number >= 0"
+            )
+        return copy_with(self, _JOB_FIELDS, "attained_gpu_s", attained_gpu_s)
 
 
 _JOB_FIELDS = tuple(f.name for f in fields(Job))

@@ -24,6 +24,8 @@ from slurm_hetsched.core.model.frozen import (
     set_field,
 )
 from slurm_hetsched.core.model.placement import Placement
+from slurm_hetsched.core.model.problem_fields import check_placement_fields, check_unique
+from slurm_hetsched.core.utility import Utility, default_utility
 
 # Speed-up with more GPUs is sub-linear (ANDREAS): where a job's steps/s at g GPUs is not
 # measured, it is rate(g0) * (g / g0) ** SUBLINEAR_EXPONENT from the nearest measured count g0
@@ -82,8 +84,19 @@ class Problem:
         throughput_at: (n_jobs, n_types, max_gpus) steps/s on 1..max_gpus GPUs, NaN = not
             measured; None = only `throughput` (at num_gpus) is known. See `rates_at`.
         energy: power and price data for energy costs (core/costs.py), or None.
+        utilities: (n_jobs,) what finishing is worth to each job (core/utility.py); None =
+            every job's due date and tardiness weight read as one (`utility`).
+        restart_s: (n_jobs,) seconds one move costs each job, NaN = unknown (the policy's
+            default); None if no job's is known.
+        throughput_spread: (n_jobs, n_types) steps/s at the job's num_gpus with its GPUs
+            spread over several nodes (Gavel's unconsolidated figures); None = as
+            `throughput` (no figures: no communication penalty is known).
+        attained_gpu_s: (n_jobs,) GPU-seconds each job has run so far; None if unknown.
         runnable: derived, (n_jobs, n_types) bool: throughput > 0 and the type has at least
             `num_gpus` GPUs (a job's GPUs are all of one type).
+        mixed_gangs: the problem is for a policy that places gangs across types (hadar): a job
+            no single type can hold is accepted when the types it runs on hold its GPUs
+            together (it then has no runnable type). False for every other policy.
 
     Raises:
         InvalidProblemError: on bad shapes, non-finite or negative values, duplicate ids, zero
@@ -114,6 +127,11 @@ class Problem:
     allowed_gpus: tuple[tuple[int, ...], ...] | None = None  # (n_jobs,)
     throughput_at: np.ndarray | None = None  # (n_jobs, n_types, max_gpus) steps/s; NaN = unknown
     energy: EnergyModel | None = None
+    utilities: tuple[Utility, ...] | None = None
+    restart_s: np.ndarray | None = None  # (n_jobs,) s; NaN = unknown
+    throughput_spread: np.ndarray | None = None  # (n_jobs, n_types) steps/s spread over nodes
+    attained_gpu_s: np.ndarray | None = None  # (n_jobs,) GPU-s
+    mixed_gangs: bool = False
     runnable: np.ndarray = field(init=False, repr=False, compare=False)  # (n_jobs, n_types) bool
 
     def __post_init__(self) -> None:
@@ -124,8 +142,8 @@ class Problem:
 
         set_("job_ids", tuple(self.job_ids))
         set_("gpu_types", tuple(self.gpu_types))
-        _check_unique(self.job_ids, "job id")
-        _check_unique(self.gpu_types, "GPU type")
+        check_unique(self.job_ids, "job id")
+        check_unique(self.gpu_types, "GPU type")
         set_("throughput", frozen_array(self.throughput, float, "throughput", (n, k)))
         set_("capacity", frozen_array(self.capacity, float, "capacity", (k,)))
         num_gpus = np.ones(n) if self.num_gpus is None else self.num_gpus
@@ -142,7 +160,13 @@ class Problem:
         for name, account in self.accounts.items():
             if account.name != name:
                 raise InvalidProblemError(f"accounts: key {name!r} holds {account.name!r}")
-        optional = {"steps": (n,), "tardiness_weight": (n,), "received_s": (n, k)}
+        optional = {
+            "steps": (n,),
+            "tardiness_weight": (n,),
+            "received_s": (n, k),
+            "throughput_spread": (n, k),
+            "attained_gpu_s": (n,),
+        }
         for name, shape in optional.items():
             if getattr(self, name) is not None:
                 set_(name, frozen_array(getattr(self, name), float, name, shape))
@@ -150,6 +174,14 @@ class Problem:
             set_("due_s", frozen_array(self.due_s, float, "due_s", (n,), allow_nan=True))
         if self.slo_s is not None:
             set_("slo_s", frozen_array(self.slo_s, float, "slo_s", (n,), allow_inf=True))
+        if self.restart_s is not None:
+            set_(
+                "restart_s", frozen_array(self.restart_s, float, "restart_s", (n,), allow_nan=True)
+            )
+        if self.utilities is not None:
+            if len(self.utilities) != n or not all(isinstance(u, Utility) for u in self.utilities):
+                raise InvalidProblemError(f"utilities: expected {n} Utility values, one per job")
+            set_("utilities", tuple(self.utilities))
         if self.price_per_hour is not None:
             set_("price_per_hour", frozen_array(self.price_per_hour, float, "price", (k,)))
         if self.packed is not None:
@@ -162,7 +194,7 @@ class Problem:
         runnable.flags.writeable = False
         set_("runnable", runnable)
         self._check_runnable()
-        _check_placement_fields(self)
+        check_placement_fields(self)
 
     @property
     def n_jobs(self) -> int:
@@ -182,6 +214,15 @@ class Problem:
         if value is None:
             raise InvalidProblemError(f"policy {policy!r} needs `{name}` for every job")
         return value  # type: ignore[no-any-return]
+
+    def utility(self, m: int) -> Utility:
+        """What finishing is worth to job row `m`: its own utility, else its due date and
+        tardiness weight read as one (core/utility.py)."""
+        if self.utilities is not None:
+            return self.utilities[m]
+        due = None if self.due_s is None or np.isnan(self.due_s[m]) else float(self.due_s[m])
+        weight = 0.0 if self.tardiness_weight is None else float(self.tardiness_weight[m])
+        return default_utility(due, weight)
 
     def gpu_options(self, m: int) -> tuple[int, ...]:
         """The GPU counts job row `m` may run with: `allowed_gpus[m]`, else its num_gpus."""
@@ -237,6 +278,17 @@ class Problem:
             )
         if self.received_s is not None:
             first_bad(self.received_s, self.received_s < 0, "received_s", "has a negative entry")
+        if self.throughput_spread is not None:
+            first_bad(
+                self.throughput_spread,
+                self.throughput_spread < 0,
+                "throughput_spread",
+                "has a negative entry",
+            )
+        if self.attained_gpu_s is not None:
+            first_bad(self.attained_gpu_s, self.attained_gpu_s < 0, "attained_gpu_s", "is negative")
+        if self.restart_s is not None:
+            first_bad(self.restart_s, self.restart_s < 0, "restart_s", "is negative")
         negative = np.flatnonzero(self.capacity < 0)
         if negative.size:
             t = self.gpu_types[negative[0]]
@@ -250,7 +302,13 @@ class Problem:
                 f"zero total capacity over GPU types {list(self.gpu_types)}: no job can run; "
                 "check the node list or the `gpus` counts"
             )
-        stuck = np.flatnonzero(~self.runnable.any(axis=1))
+        blocked = ~self.runnable.any(axis=1)
+        if self.mixed_gangs:
+            # A job no single type can hold may still run as a gang across types: it is stuck
+            # only when all the types it runs on hold fewer GPUs than it needs together.
+            across = np.where(self.throughput > 0, self.capacity[None, :], 0.0).sum(axis=1)
+            blocked &= across < self.num_gpus
+        stuck = np.flatnonzero(blocked)
         if stuck.size:
             i = int(stuck[0])
             options = {
@@ -262,83 +320,6 @@ class Problem:
                 f"GPU type: (steps/s, GPUs) per type = {options}; it needs a type with "
                 f"throughput > 0 and at least num_gpus GPUs ({stuck.size} such job(s) in all)"
             )
-
-
-def _check_unique(names: tuple[str, ...], what: str) -> None:
-    seen: set[str] = set()
-    for name in names:
-        if not isinstance(name, str) or not name:
-            raise InvalidProblemError(f"{what} {name!r}: must be a non-empty string")
-        if name in seen:
-            raise InvalidProblemError(f"{what} {name!r} appears twice")
-        seen.add(name)
-
-
-def _check_placement_fields(p: Problem) -> None:
-    """Validate and freeze `nodes`, `running`, `allowed_gpus` and `throughput_at`."""
-    n, k = p.n_jobs, p.n_types
-    set_field(p, "nodes", tuple(p.nodes))
-    set_field(p, "running", frozen_mapping(p.running))
-    if p.nodes:
-        _check_unique(tuple(node.name for node in p.nodes), "node")
-        free = dict.fromkeys(p.gpu_types, 0)
-        for node in p.nodes:
-            for t in node.gpus:
-                if t not in free:
-                    raise InvalidProblemError(
-                        f"node {node.name!r}: GPU type {t!r} is not one of {list(p.gpu_types)}"
-                    )
-                free[t] += node.free_gpus(t)
-        if not np.array_equal(np.array([free[t] for t in p.gpu_types], float), p.capacity):
-            raise InvalidProblemError(
-                f"capacity {p.capacity.tolist()} disagrees with the nodes' free GPUs {free}"
-            )
-    if p.allowed_gpus is not None:
-        if len(p.allowed_gpus) != n:
-            raise InvalidProblemError(f"allowed_gpus: {len(p.allowed_gpus)} entries for {n} jobs")
-        allowed = tuple(tuple(int(g) for g in counts) for counts in p.allowed_gpus)
-        for m, counts in enumerate(allowed):
-            if not counts or list(counts) != sorted(set(counts)) or counts[0] != p.num_gpus[m]:
-                raise InvalidProblemError(
-                    f"job {p.job_ids[m]!r}: allowed GPU counts {list(counts)} must be distinct, "
-                    f"ascending, and start at its num_gpus {int(p.num_gpus[m])}"
-                )
-        set_field(p, "allowed_gpus", allowed)
-    if p.throughput_at is not None:
-        at = np.array(p.throughput_at, dtype=float, copy=True)
-        if at.ndim != 3 or at.shape[:2] != (n, k) or at.shape[2] < 1:
-            raise InvalidProblemError(
-                f"throughput_at: shape {at.shape}, expected ({n}, {k}, max_gpus >= 1)"
-            )
-        if np.isinf(at).any() or (at < 0).any():
-            raise InvalidProblemError("throughput_at: entries must be finite and >= 0, or NaN")
-        at.flags.writeable = False
-        set_field(p, "throughput_at", at)
-    node_by_name = {node.name: node for node in p.nodes}
-    row_of = {job_id: m for m, job_id in enumerate(p.job_ids)}
-    used: dict[tuple[str, str], int] = {}
-    for job_id, placement in p.running.items():
-        if job_id not in row_of or placement.job_id != job_id:
-            raise InvalidProblemError(
-                f"running: placement of {placement.job_id!r} filed under {job_id!r}; expected "
-                "a job of the problem filed under its own id"
-            )
-        m = row_of[job_id]
-        if placement.num_gpus not in p.gpu_options(m):
-            raise InvalidProblemError(
-                f"job {job_id!r} runs on {placement.num_gpus} GPUs; its allowed counts are "
-                f"{list(p.gpu_options(m))}"
-            )
-        for piece in placement.slices:
-            host = node_by_name.get(piece.node)
-            key = (piece.node, piece.gpu_type)
-            used[key] = used.get(key, 0) + piece.count
-            if host is None or used[key] > host.free_gpus(piece.gpu_type):
-                raise InvalidProblemError(
-                    f"job {job_id!r} runs on {used[key]} {piece.gpu_type} GPU(s) of node "
-                    f"{piece.node!r}, which has "
-                    f"{0 if host is None else host.free_gpus(piece.gpu_type)} free"
-                )
 
 
 def _checked_packed(packed: PackedPairs, n: int, k: int, num_gpus: np.ndarray) -> PackedPairs:

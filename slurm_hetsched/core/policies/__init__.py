@@ -21,6 +21,7 @@ from slurm_hetsched.core.policies.finish_time_fairness import (
     FinishTimeFairness,
     FinishTimeFairnessPerf,
 )
+from slurm_hetsched.core.policies.hadar import Hadar
 from slurm_hetsched.core.policies.makespan import MinTotalDuration, MinTotalDurationPerf
 from slurm_hetsched.core.policies.max_min_fairness import MaxMinFairness, MaxMinFairnessPerf
 from slurm_hetsched.core.policies.options import PolicyOption, parse_options
@@ -32,10 +33,12 @@ from slurm_hetsched.core.policies.packing import (
 )
 from slurm_hetsched.core.policies.shortest_job_first import ShortestJobFirstPerf
 from slurm_hetsched.core.policies.throughput import MaxSumThroughputPerf
+from slurm_hetsched.core.policies.tiresias import Tiresias
 from slurm_hetsched.core.policies.water_filling import (
     MaxMinFairnessWaterFilling,
     MaxMinFairnessWaterFillingPerf,
 )
+from slurm_hetsched.core.policies.yarn_cs import YarnCapacityScheduler
 from slurm_hetsched.errors import ConfigError
 
 POLICIES: dict[str, type[Policy]] = {
@@ -60,9 +63,12 @@ POLICIES: dict[str, type[Policy]] = {
         MinTotalDurationPerfPacked,
         MinTotalDurationPacked,
         Andreas,
+        Hadar,
         FifoExclusive,
         EdfExclusive,
         PriorityExclusive,
+        YarnCapacityScheduler,
+        Tiresias,
     )
 }
 

@@ -18,7 +18,7 @@ from types import MappingProxyType
 
 from slurm_hetsched.errors import ConfigError
 
-OptionValue = float | bool
+OptionValue = float | bool | str
 
 
 @dataclass(frozen=True, slots=True)

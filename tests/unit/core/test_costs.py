@@ -139,6 +139,19 @@ def test_decision_costs_of_a_placement() -> None:
     assert out["not_running"] == ["b"]
 
 
+def test_decision_costs_of_a_gang_across_types_count_every_gpu_at_the_slowest_rate() -> None:
+    problem = _placed_problem()
+    # b (1 GPU) does 0.5 steps/s on v100, 0.2 on t4; as a 2-GPU gang v100 + t4 it runs at
+    # the t4's rate at 2 GPUs (0.2 x 2 ** 0.8, scaled from 1 GPU as rates_at does).
+    gang = {"b": Placement("b", (GpuSlice("n1", "v100", 1), GpuSlice("n2", "t4", 1)))}
+    out = decision_costs(problem, np.array([[0.0, 0.0], [0.5, 0.5]]), gang)
+    rate = 0.2 * 2**0.8
+    assert out["jobs"]["b"]["end_s"] == pytest.approx(100 / rate, abs=1e-3)
+    # Its power: one v100 busy (300 W + a quarter of n1's base) and the t4 (70 W + n2's base).
+    watts = 300 + 200 / 4 + 70 + 200 / 1
+    assert out["jobs"]["b"]["energy_kwh"] == pytest.approx(watts * (100 / rate) / 3.6e6, rel=1e-4)
+
+
 def test_decision_costs_of_time_fractions() -> None:
     problem = _placed_problem()
     # a all the time on 2 V100s; b half the time on the T4

@@ -1,0 +1,187 @@
+"""Hadar's FIND_ALLOC (Sultana et al., Algorithm 2, lines 25-32; docs/policies.md, "hadar"): the
+best way to give one job its W GPUs at the current prices, or none when no way pays.
+
+The cluster is a list of units, one per (node, GPU type), each with its capacity and the GPUs
+given out so far (`Units`). For a job, the candidates are, with its usable types sorted by its
+speed on them (fastest first):
+
+- for each type alone: the job packed on the fewest nodes of that type;
+- for each prefix of the sorted types (the fastest type, the two fastest, ...): the job packed
+  on the fewest nodes holding such GPUs, and the job spread over the cheapest such GPUs
+  wherever they are.
+
+A candidate on several types runs at W x the per-GPU rate of its slowest type (synchronous data
+parallel: the problem's throughput at W GPUs of that type), and on several nodes at the
+table's unconsolidated rate (`Problem.throughput_spread`): that slower rate is the
+communication cost, paid in a later completion (less utility) and a longer hold of the GPUs
+(more price). Its payoff is U_j(now + restart + steps / rate) - sum over its GPUs of price x
+(restart + steps / rate), prices taken before the job is added (the paper's line 28). The
+candidate with the largest payoff wins; the job is admitted only if that payoff is > 0. Pure.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from slurm_hetsched.core.model import GpuSlice, Placement
+from slurm_hetsched.core.policies.hadar_prices import PriceBounds
+from slurm_hetsched.core.utility import Utility
+
+
+@dataclass(frozen=True, slots=True)
+class Units:
+    """The cluster's (node, GPU type) units: fixed names and capacities, and the GPUs given out
+    so far (`used`, a tuple so a state can key a memo)."""
+
+    nodes: tuple[str, ...]  # (n_units,) node name
+    columns: tuple[int, ...]  # (n_units,) GPU type column of the problem
+    capacity: tuple[int, ...]  # (n_units,) all GPUs of the type on the node
+    free: tuple[int, ...]  # (n_units,) GPUs the scheduler may use there (the rest are taken)
+
+    def prices(self, used: tuple[int, ...], bounds: PriceBounds) -> list[float]:
+        """The price of one GPU-second on each unit, given `used`."""
+        return [
+            bounds.price(c, u, cap)
+            for c, u, cap in zip(self.columns, used, self.capacity, strict=True)
+        ]
+
+
+@dataclass(frozen=True, slots=True)
+class JobView:
+    """What FIND_ALLOC needs of one job."""
+
+    job_id: str
+    num_gpus: int
+    steps: float
+    restart_s: float
+    rate: tuple[float, ...]  # (n_types,) steps/s at num_gpus, consolidated; 0 = cannot run
+    rate_spread: tuple[float, ...]  # (n_types,) the same spread over nodes
+    utility: Utility
+    arrival_s: float
+
+
+@dataclass(frozen=True, slots=True)
+class Offer:
+    """One candidate allocation of a job and what it would pay.
+
+    Attributes:
+        take: (unit index, GPUs) pairs.
+        duration_s: restart + steps at the candidate's rate.
+        utility: U_j at now + duration.
+        price: the sum of its GPUs' prices over the duration.
+    """
+
+    take: tuple[tuple[int, int], ...]
+    duration_s: float
+    utility: float
+    price: float
+
+    @property
+    def payoff(self) -> float:
+        return self.utility - self.price
+
+
+def find_alloc(
+    job: JobView,
+    units: Units,
+    used: tuple[int, ...],
+    bounds: PriceBounds,
+    now_s: float,
+) -> Offer | None:
+    """The job's best candidate at the prices of `used` (admitted or not), or None when it
+    has no candidate at all (not enough free GPUs of types it can use)."""
+    left = [c - u for c, u in zip(units.capacity, used, strict=True)]
+    usable = sorted((c for c, r in enumerate(job.rate) if r > 0), key=lambda c: (-job.rate[c], c))
+    if sum(v for v, c in zip(left, units.columns, strict=True) if c in usable) < job.num_gpus:
+        return None
+    prices = units.prices(used, bounds)
+    seen: set[tuple[tuple[int, int], ...]] = set()
+    best: Offer | None = None
+    allowed_sets = [(c,) for c in usable] + [tuple(usable[:k]) for k in range(2, len(usable) + 1)]
+    for allowed in allowed_sets:
+        for take in (
+            _packed(job.num_gpus, allowed, units, left, prices),
+            _cheapest(job.num_gpus, allowed, units, left, prices),
+        ):
+            if take is None or take in seen:
+                continue
+            seen.add(take)
+            offer = _offer(job, take, units, prices, now_s)
+            if offer is not None and (best is None or offer.payoff > best.payoff):
+                best = offer
+    return best
+
+
+def to_placement(
+    job_id: str, take: tuple[tuple[int, int], ...], units: Units, gpu_types: tuple[str, ...]
+) -> Placement:
+    """The placement of a candidate: one slice per unit it takes GPUs from."""
+    return Placement(
+        job_id,
+        tuple(GpuSlice(units.nodes[u], gpu_types[units.columns[u]], count) for u, count in take),
+    )
+
+
+def _offer(
+    job: JobView,
+    take: tuple[tuple[int, int], ...],
+    units: Units,
+    prices: list[float],
+    now_s: float,
+) -> Offer | None:
+    spread = len({units.nodes[u] for u, _ in take}) > 1
+    rates = job.rate_spread if spread else job.rate
+    rate = min(rates[units.columns[u]] for u, _ in take)
+    if rate <= 0:
+        return None
+    duration = job.restart_s + job.steps / rate
+    price = duration * sum(prices[u] * count for u, count in take)
+    return Offer(take, duration, job.utility.value(now_s + duration, job.arrival_s), price)
+
+
+def _packed(
+    need: int, allowed: tuple[int, ...], units: Units, left: list[int], prices: list[float]
+) -> tuple[tuple[int, int], ...] | None:
+    """The job on the fewest nodes: nodes by most free GPUs of the allowed types (a node that
+    holds the whole job: the one with the fewest free, best fit), then the cheapest first;
+    on a node, its cheapest units first."""
+    by_node: dict[str, list[int]] = {}
+    for u, (column, free) in enumerate(zip(units.columns, left, strict=True)):
+        if free > 0 and column in allowed:
+            by_node.setdefault(units.nodes[u], []).append(u)
+    if not by_node:
+        return None
+    room = {node: sum(left[u] for u in members) for node, members in by_node.items()}
+    cost = {node: min(prices[u] for u in members) for node, members in by_node.items()}
+    whole = [node for node in by_node if room[node] >= need]
+    if whole:
+        order = sorted(whole, key=lambda n: (room[n], cost[n], n))[:1]
+    else:
+        order = sorted(by_node, key=lambda n: (-room[n], cost[n], n))
+    return _take(need, [u for n in order for u in sorted(by_node[n], key=prices.__getitem__)], left)
+
+
+def _cheapest(
+    need: int, allowed: tuple[int, ...], units: Units, left: list[int], prices: list[float]
+) -> tuple[tuple[int, int], ...] | None:
+    """The job on the cheapest GPUs of the allowed types, wherever they are."""
+    order = sorted(
+        (
+            u
+            for u, (c, free) in enumerate(zip(units.columns, left, strict=True))
+            if free > 0 and c in allowed
+        ),
+        key=lambda u: (prices[u], -left[u], u),
+    )
+    return _take(need, order, left)
+
+
+def _take(need: int, order: list[int], left: list[int]) -> tuple[tuple[int, int], ...] | None:
+    take: list[tuple[int, int]] = []
+    for u in order:
+        if need <= 0:
+            break
+        count = min(need, left[u])
+        take.append((u, count))
+        need -= count
+    return tuple(sorted(take)) if need <= 0 else None
