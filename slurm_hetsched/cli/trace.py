@@ -116,22 +116,7 @@ def trace_command(args: argparse.Namespace) -> int:
     if args.scenario:
         if args.nodes is None:
             raise ConfigError("--scenario needs --nodes N")
-        given = [
-            flag
-            for flag, value in (
-                ("--jobs", args.jobs),
-                ("--rate", args.rate),
-                ("--lam", args.lam),
-                ("--due-factor", args.due_factor),
-                ("--gpu-types", args.gpu_types),
-                ("--arrivals", args.arrivals),
-                ("--burst-jobs-max", args.burst_jobs_max),
-                ("--burst-window", args.burst_window),
-                ("--burst-quiet", args.burst_quiet),
-                ("--restart-range", args.restart_range),
-            )
-            if value is not None
-        ]
+        given = _drawn_flags_given(args, "--jobs")
         if given:
             raise ConfigError(f"--scenario draws the jobs itself; drop {', '.join(given)}")
         print(
@@ -213,22 +198,7 @@ def _hadar(args: argparse.Namespace) -> int:
     """`--scenario hadar`: its own nodes, and jobs drawn by the scenario (--jobs, --seed)."""
     from slurm_hetsched.sim.scenario_hadar import N_JOBS, run_generate_hadar
 
-    given = [
-        flag
-        for flag, value in (
-            ("--nodes", args.nodes),
-            ("--rate", args.rate),
-            ("--lam", args.lam),
-            ("--due-factor", args.due_factor),
-            ("--gpu-types", args.gpu_types),
-            ("--arrivals", args.arrivals),
-            ("--burst-jobs-max", args.burst_jobs_max),
-            ("--burst-window", args.burst_window),
-            ("--burst-quiet", args.burst_quiet),
-            ("--restart-range", args.restart_range),
-        )
-        if value is not None
-    ]
+    given = _drawn_flags_given(args, "--nodes")
     if given:
         raise ConfigError(
             f"--scenario hadar has its own nodes and draws the jobs itself; drop {', '.join(given)}"
@@ -242,3 +212,23 @@ def _hadar(args: argparse.Namespace) -> int:
         )
     )
     return 0
+
+
+# The generator's flags a scenario sets itself (it draws the jobs).
+_DRAWN_FLAGS = (
+    "--rate",
+    "--lam",
+    "--due-factor",
+    "--gpu-types",
+    "--arrivals",
+    "--burst-jobs-max",
+    "--burst-window",
+    "--burst-quiet",
+    "--restart-range",
+)
+
+
+def _drawn_flags_given(args: argparse.Namespace, first: str) -> list[str]:
+    """Of `first` and the flags a scenario sets itself, those given on the command line."""
+    flags = (first, *_DRAWN_FLAGS)
+    return [flag for flag in flags if getattr(args, flag[2:].replace("-", "_")) is not None]
