@@ -211,6 +211,7 @@ class _Search:
         self.problem, self.units, self.bounds, self.jobs = problem, units, bounds, jobs
         self.memo: dict[tuple[int, tuple[int, ...]], tuple[float, tuple[tuple[int, Offer], ...]]]
         self.memo = {}
+        self.cache: dict[object, object] = {}  # find_alloc's candidates by shape
 
     def best(
         self, used: tuple[int, ...], exact: bool, by_payoff: bool = False
@@ -223,7 +224,9 @@ class _Search:
         return {self.jobs[i].job_id: offer for i, offer in picks}, payoff
 
     def _offer(self, i: int, used: tuple[int, ...]) -> Offer | None:
-        offer = find_alloc(self.jobs[i], self.units, used, self.bounds, self.problem.now_s)
+        offer = find_alloc(
+            self.jobs[i], self.units, used, self.bounds, self.problem.now_s, self.cache
+        )
         return offer if offer is not None and offer.payoff > 0 else None
 
     def _exact(self, i: int, used: tuple[int, ...]) -> tuple[float, tuple[tuple[int, Offer], ...]]:
@@ -268,7 +271,9 @@ class _Search:
         largest payoff first, each on its best candidate at the current prices; `used` is
         updated in place."""
         offers = {
-            v.job_id: find_alloc(v, self.units, tuple(used), self.bounds, self.problem.now_s)
+            v.job_id: find_alloc(
+                v, self.units, tuple(used), self.bounds, self.problem.now_s, self.cache
+            )
             for v in jobs
         }
         order = sorted(
@@ -279,7 +284,9 @@ class _Search:
         for view in order:
             if self._is_full(tuple(used)):
                 break
-            offer = find_alloc(view, self.units, tuple(used), self.bounds, self.problem.now_s)
+            offer = find_alloc(
+                view, self.units, tuple(used), self.bounds, self.problem.now_s, self.cache
+            )
             if offer is None or offer.utility <= 0:
                 continue
             filled[view.job_id] = offer
@@ -294,7 +301,7 @@ class _Search:
         """Why the job waits, at the prices after this round's admissions (`used`): its best
         offer's price and utility there (`price=3.1>=utility=2.4`), or that no GPUs it can use
         are left (`no-room:4-GPUs,utility=100`); one word, as the admin comment shows it."""
-        offer = find_alloc(view, self.units, used, self.bounds, self.problem.now_s)
+        offer = find_alloc(view, self.units, used, self.bounds, self.problem.now_s, self.cache)
         if offer is None:
             utility = view.utility.value(self.problem.now_s, view.arrival_s)
             return f"no-room:{view.num_gpus}-GPUs,utility={utility:.3g}"

@@ -22,6 +22,7 @@ candidate with the largest payoff wins; the job is admitted only if that payoff 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import cast
 
 from slurm_hetsched.core.model import GpuSlice, Placement
 from slurm_hetsched.core.policies.hadar_prices import PriceBounds
@@ -87,29 +88,58 @@ def find_alloc(
     used: tuple[int, ...],
     bounds: PriceBounds,
     now_s: float,
+    cache: dict[object, object] | None = None,
 ) -> Offer | None:
     """The job's best candidate at the prices of `used` (admitted or not), or None when it
-    has no candidate at all (not enough free GPUs of types it can use)."""
-    left = [c - u for c, u in zip(units.capacity, used, strict=True)]
-    usable = sorted((c for c, r in enumerate(job.rate) if r > 0), key=lambda c: (-job.rate[c], c))
-    if sum(v for v, c in zip(left, units.columns, strict=True) if c in usable) < job.num_gpus:
-        return None
-    prices = units.prices(used, bounds)
-    seen: set[tuple[tuple[int, int], ...]] = set()
+    has no candidate at all (not enough free GPUs of types it can use).
+
+    `cache`, kept by the caller for one `units` and `bounds`: the candidates depend only on
+    `used`, the job's gang size and its types by speed, so jobs alike share them (a round of
+    thousands of waiting jobs has a few dozen such shapes)."""
+    usable = tuple(
+        sorted((c for c, r in enumerate(job.rate) if r > 0), key=lambda c: (-job.rate[c], c))
+    )
+    key = (used, job.num_gpus, usable)
+    found = None if cache is None else cache.get(key)
+    if found is None:
+        found = _candidates(job.num_gpus, usable, units, used, bounds)
+        if cache is not None:
+            cache[key] = found
+    takes, prices = cast(_Candidates, found)
     best: Offer | None = None
-    allowed_sets = [(c,) for c in usable] + [tuple(usable[:k]) for k in range(2, len(usable) + 1)]
+    for take in takes:
+        offer = _offer(job, take, units, prices, now_s)
+        if offer is not None and (best is None or offer.payoff > best.payoff):
+            best = offer
+    return best
+
+
+_Candidates = tuple[list[tuple[tuple[int, int], ...]], list[float]]
+
+
+def _candidates(
+    need: int,
+    usable: tuple[int, ...],
+    units: Units,
+    used: tuple[int, ...],
+    bounds: PriceBounds,
+) -> _Candidates:
+    """The distinct candidate takes of a gang of `need` on types `usable` (fastest first) at
+    `used`, and the units' prices there; no takes when the types hold too few free GPUs."""
+    left = [c - u for c, u in zip(units.capacity, used, strict=True)]
+    prices = units.prices(used, bounds)
+    if sum(v for v, c in zip(left, units.columns, strict=True) if c in usable) < need:
+        return [], prices
+    takes: list[tuple[tuple[int, int], ...]] = []
+    allowed_sets = [(c,) for c in usable] + [usable[:k] for k in range(2, len(usable) + 1)]
     for allowed in allowed_sets:
         for take in (
-            _packed(job.num_gpus, allowed, units, left, prices),
-            _cheapest(job.num_gpus, allowed, units, left, prices),
+            _packed(need, allowed, units, left, prices),
+            _cheapest(need, allowed, units, left, prices),
         ):
-            if take is None or take in seen:
-                continue
-            seen.add(take)
-            offer = _offer(job, take, units, prices, now_s)
-            if offer is not None and (best is None or offer.payoff > best.payoff):
-                best = offer
-    return best
+            if take is not None and take not in takes:
+                takes.append(take)
+    return takes, prices
 
 
 def to_placement(
