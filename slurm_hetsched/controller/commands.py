@@ -246,6 +246,8 @@ def show_status(config: ControllerConfig, *, out: TextIO) -> int:
             shares, unmeasured_estimates(table, job, measured.get(key, {}), list(shares))
         )
         marked = marked or "~" in share
+        if last is not None and key in last.allocation.waiting:
+            share += f" waiting:{last.allocation.waiting[key]}"  # a pricing policy's why
         restart = describe_estimate(
             restarts.estimates.get(key, RestartEstimate(None, "default")), config.restart_s
         )

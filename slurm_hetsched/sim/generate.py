@@ -155,13 +155,7 @@ def generate_trace(
         else (np.ones(1), np.ones(1))
     )
 
-    rng = dict(
-        zip(
-            _STREAMS,
-            (np.random.default_rng(s) for s in np.random.SeedSequence(seed).spawn(len(_STREAMS))),
-            strict=True,
-        )
-    )
+    rng = random_streams(seed, _STREAMS)
     if bursts is None:
         arrival = poisson_arrivals(n_jobs, mean_gap_s, rng["arrival"])  # (n_jobs,) s
     else:
@@ -227,6 +221,13 @@ def generate_trace(
         )
         for i in range(n_jobs)
     )
+
+
+def random_streams(seed: int, names: Sequence[str]) -> dict[str, np.random.Generator]:
+    """One independent random stream per quantity, spawned from `seed`: drawing more of one
+    quantity (more jobs) leaves the others' draws as they were."""
+    spawned = np.random.SeedSequence(seed).spawn(len(names))
+    return {name: np.random.default_rng(s) for name, s in zip(names, spawned, strict=True)}
 
 
 def run_generate(

@@ -38,7 +38,7 @@ from slurm_hetsched.core.model import Node
 from slurm_hetsched.core.problem import table_rate
 from slurm_hetsched.core.throughput import ThroughputTable
 from slurm_hetsched.errors import ConfigError
-from slurm_hetsched.sim.generate import GPU_MIXES
+from slurm_hetsched.sim.generate import GPU_MIXES, random_streams
 from slurm_hetsched.sim.layout import gpu_counts
 from slurm_hetsched.sim.run import SimSettings
 from slurm_hetsched.sim.scenarios import nodes_toml
@@ -175,13 +175,7 @@ def generate_hadar_scenario(
             f"no class of {list(MODELS)} in the throughput table ({table.source or 'no source'})"
             f" runs on all of {list(GPU_TYPES)} at {empty} GPU(s)"
         )
-    rng = dict(
-        zip(
-            _STREAMS,
-            (np.random.default_rng(s) for s in np.random.SeedSequence(seed).spawn(len(_STREAMS))),
-            strict=True,
-        )
-    )
+    rng = random_streams(seed, _STREAMS)
     counts = list(GPU_MIX)
     num_gpus = rng["gpus"].choice(counts, p=[GPU_MIX[g] for g in counts], size=n_jobs)
     names = list(BUCKETS)

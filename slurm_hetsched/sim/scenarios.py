@@ -40,6 +40,7 @@ from slurm_hetsched.core.model import Node
 from slurm_hetsched.core.problem import table_rate
 from slurm_hetsched.core.throughput import ThroughputTable
 from slurm_hetsched.errors import ConfigError
+from slurm_hetsched.sim.generate import random_streams
 from slurm_hetsched.sim.run import SimSettings
 from slurm_hetsched.sim.traces import Trace, TraceJob, trace_format, write_trace
 
@@ -231,13 +232,7 @@ def generate_andreas_scenario(
             f"no class of the throughput table ({base.source or 'no source'}) has V100 figures "
             f"at every GPU count up to {widest} that do not fall as GPUs are added"
         )
-    rng = dict(
-        zip(
-            _STREAMS,
-            (np.random.default_rng(s) for s in np.random.SeedSequence(seed).spawn(len(_STREAMS))),
-            strict=True,
-        )
-    )
+    rng = random_streams(seed, _STREAMS)
     job_class = [classes[k] for k in rng["class"].integers(0, len(classes), jobs)]
     one_gpu_s = 3600.0 * rng["duration"].uniform(*RUN_ON_ONE_BASE_GPU_H, jobs)
     one_gpu_rate = np.array([derived.steps_per_s(c, BASE_GPU_TYPE, 1) for c in job_class])
