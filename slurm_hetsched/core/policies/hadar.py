@@ -39,8 +39,12 @@ from slurm_hetsched.core.policies.hadar_alloc import (
     JobView,
     Offer,
     Units,
+    capped,
     find_alloc,
+    job_view,
+    restart_seconds,
     to_placement,
+    units_of,
 )
 from slurm_hetsched.core.policies.hadar_prices import PriceBounds, price_bounds
 from slurm_hetsched.core.policies.hadar_running import priced_out, upgrades
@@ -51,6 +55,7 @@ from slurm_hetsched.core.policies.options import (
     parse_seed,
 )
 from slurm_hetsched.core.round_options import DEFAULT_RESTART_S
+from slurm_hetsched.core.utility import UMAX_MAX
 
 # Up to this many waiting jobs the dynamic programme is exact (2^n include/skip paths at
 # worst, fewer with the memo): 12 takes well under a second on a 60-GPU cluster.
@@ -105,6 +110,12 @@ class Hadar:
                 True,
                 parse_flag,
             ),
+            "max_utility": PolicyOption(
+                "the most any job's utility counts for (default 1e6, the spec's own bound): "
+                "utilities are self-declared, so a site can stop umax= from buying priority",
+                UMAX_MAX,
+                parse_non_negative,
+            ),
             "restart_s": PolicyOption(
                 f"seconds a new allocation costs a job whose own estimate is unknown "
                 f"(default {DEFAULT_RESTART_S:g})",
@@ -125,7 +136,11 @@ class Hadar:
         order: str = "payoff",
         fill_idle: bool = True,
         upgrade: bool = True,
+        max_utility: float = UMAX_MAX,
     ) -> None:
+        if not max_utility > 0:
+            raise InvalidProblemError(f"hadar: max_utility {max_utility} must be > 0")
+        self.max_utility = max_utility
         self.fill_idle = fill_idle
         self.upgrade = upgrade
         if order not in ORDERS:
@@ -149,16 +164,19 @@ class Hadar:
         if problem.n_jobs and not problem.nodes:
             raise InvalidProblemError("policy 'hadar' places jobs on nodes: give `nodes`")
         steps = problem.require("steps", self.name) if problem.n_jobs else np.zeros(0)
-        restart = _restart_s(problem, self.restart_s)
-        bounds = price_bounds(problem, steps, restart, self.eta)
-        units = _units(problem)
+        restart = restart_seconds(problem, self.restart_s)
+        utilities = [capped(problem.utility(m), self.max_utility) for m in range(problem.n_jobs)]
+        bounds = price_bounds(problem, steps, restart, self.eta, utilities)
+        units = units_of(problem)
         # GPUs given out per unit: at first those the scheduler may not use (jobs outside
         # our control, an unavailable node), then the running jobs that stay.
         used = [cap - free for cap, free in zip(units.capacity, units.free, strict=True)]
         unit_of = {(units.nodes[u], problem.gpu_types[c]): u for u, c in enumerate(units.columns)}
         placements: dict[str, Placement] = {}
         waiting: dict[str, str] = {}
-        views = {m: _view(problem, m, steps, restart) for m in range(problem.n_jobs)}
+        views = {
+            m: job_view(problem, m, steps, restart, utilities[m]) for m in range(problem.n_jobs)
+        }
         queue: list[int] = []
         for m in _arrival_order(problem):
             job_id = problem.job_ids[m]
@@ -314,46 +332,6 @@ def _after(used: tuple[int, ...], offer: Offer) -> tuple[int, ...]:
     for u, count in offer.take:
         out[u] += count
     return tuple(out)
-
-
-def _restart_s(problem: Problem, default: float) -> np.ndarray:
-    if problem.restart_s is None:
-        return np.full(problem.n_jobs, default)
-    return np.where(np.isnan(problem.restart_s), default, problem.restart_s)
-
-
-def _units(problem: Problem) -> Units:
-    nodes, columns, capacity, free = [], [], [], []
-    column = {t: c for c, t in enumerate(problem.gpu_types)}
-    for node in problem.nodes:
-        for gpu_type, count in sorted(node.gpus.items()):
-            if gpu_type not in column or count <= 0:
-                continue
-            nodes.append(node.name)
-            columns.append(column[gpu_type])
-            capacity.append(int(count))
-            free.append(int(node.free_gpus(gpu_type)))
-    return Units(tuple(nodes), tuple(columns), tuple(capacity), tuple(free))
-
-
-def _view(problem: Problem, m: int, steps: np.ndarray, restart: np.ndarray) -> JobView:
-    # Not `problem.runnable`: a gang across types may take fewer GPUs of a type than it needs.
-    rate = problem.throughput[m]
-    spread = (
-        rate
-        if problem.throughput_spread is None
-        else np.minimum(rate, problem.throughput_spread[m])
-    )
-    return JobView(
-        job_id=problem.job_ids[m],
-        num_gpus=int(problem.num_gpus[m]),
-        steps=float(steps[m]),
-        restart_s=float(restart[m]),
-        rate=tuple(float(v) for v in rate),
-        rate_spread=tuple(float(v) for v in spread),
-        utility=problem.utility(m),
-        arrival_s=float(problem.arrival_s[m]),
-    )
 
 
 def _arrival_order(problem: Problem) -> list[int]:

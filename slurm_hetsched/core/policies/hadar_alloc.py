@@ -21,10 +21,13 @@ candidate with the largest payoff wins; the job is admitted only if that payoff 
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import cast
 
-from slurm_hetsched.core.model import GpuSlice, Placement
+import numpy as np
+
+from slurm_hetsched.core.model import GpuSlice, Placement, Problem
 from slurm_hetsched.core.policies.hadar_prices import PriceBounds
 from slurm_hetsched.core.utility import Utility
 
@@ -215,3 +218,52 @@ def _take(need: int, order: list[int], left: list[int]) -> tuple[tuple[int, int]
         take.append((u, count))
         need -= count
     return tuple(sorted(take)) if need <= 0 else None
+
+
+def restart_seconds(problem: Problem, default: float) -> np.ndarray:
+    if problem.restart_s is None:
+        return np.full(problem.n_jobs, default)
+    return np.where(np.isnan(problem.restart_s), default, problem.restart_s)
+
+
+def units_of(problem: Problem) -> Units:
+    nodes, columns, capacity, free = [], [], [], []
+    column = {t: c for c, t in enumerate(problem.gpu_types)}
+    for node in problem.nodes:
+        for gpu_type, count in sorted(node.gpus.items()):
+            if gpu_type not in column or count <= 0:
+                continue
+            nodes.append(node.name)
+            columns.append(column[gpu_type])
+            capacity.append(int(count))
+            free.append(int(node.free_gpus(gpu_type)))
+    return Units(tuple(nodes), tuple(columns), tuple(capacity), tuple(free))
+
+
+def capped(utility: Utility, most: float) -> Utility:
+    """The utility counted at most `most` (`max_utility`: utilities are the users' own word)."""
+    if utility.max_utility <= most:
+        return utility
+    return dataclasses.replace(utility, max_utility=most)
+
+
+def job_view(
+    problem: Problem, m: int, steps: np.ndarray, restart: np.ndarray, utility: Utility | None = None
+) -> JobView:
+    # Not `problem.runnable`: a gang across types may take fewer GPUs of a type than it needs.
+    rate = problem.throughput[m]
+    spread = (
+        rate
+        if problem.throughput_spread is None
+        else np.minimum(rate, problem.throughput_spread[m])
+    )
+    return JobView(
+        job_id=problem.job_ids[m],
+        num_gpus=int(problem.num_gpus[m]),
+        steps=float(steps[m]),
+        restart_s=float(restart[m]),
+        rate=tuple(float(v) for v in rate),
+        rate_spread=tuple(float(v) for v in spread),
+        utility=problem.utility(m) if utility is None else utility,
+        arrival_s=float(problem.arrival_s[m]),
+    )

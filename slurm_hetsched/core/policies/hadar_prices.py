@@ -19,11 +19,13 @@ would make the price 0 and the ratio infinite). Pure.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
 from slurm_hetsched.core.model import Problem
+from slurm_hetsched.core.utility import Utility
 
 # U_min is kept at least this fraction of U_max, so the exponent's base stays finite when
 # one job's utility per GPU-second is tiny next to another's.
@@ -46,11 +48,16 @@ class PriceBounds:
 
 
 def price_bounds(
-    problem: Problem, steps: np.ndarray, restart_s: np.ndarray, eta: float = 1.0
+    problem: Problem,
+    steps: np.ndarray,
+    restart_s: np.ndarray,
+    eta: float = 1.0,
+    utilities: Sequence[Utility] | None = None,
 ) -> PriceBounds:
     """U_min and U_max per type over the problem's jobs (waiting and running: the paper's
     "based on the cluster's workload"), from each job's remaining `steps` and the seconds
-    `restart_s` a new allocation costs it (part of every run it could have)."""
+    `restart_s` a new allocation costs it (part of every run it could have); `utilities`: the
+    jobs' utilities as the policy counts them (None: the problem's)."""
     n_types = problem.n_types
     low = np.full(n_types, np.inf)
     high = np.zeros(n_types)
@@ -62,7 +69,7 @@ def price_bounds(
         gpus = float(problem.num_gpus[m])
         t_min = restart_s[m] + steps[m] / rates[m][usable].max()
         t_max = restart_s[m] + steps[m] / rates[m][usable].min()
-        utility = problem.utility(m)
+        utility = problem.utility(m) if utilities is None else utilities[m]
         arrival = float(problem.arrival_s[m])
         best = utility.value(problem.now_s + t_min, arrival) / (gpus * t_min)
         worst = utility.value(problem.now_s + t_max, arrival) / (gpus * t_max)

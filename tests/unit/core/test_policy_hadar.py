@@ -22,8 +22,11 @@ from slurm_hetsched.core.model import (
     RoundState,
 )
 from slurm_hetsched.core.policies import get_policy
-from slurm_hetsched.core.policies.hadar import Hadar, _restart_s, _units, _view
+from slurm_hetsched.core.policies.hadar import Hadar
 from slurm_hetsched.core.policies.hadar_alloc import find_alloc
+from slurm_hetsched.core.policies.hadar_alloc import job_view as _view
+from slurm_hetsched.core.policies.hadar_alloc import restart_seconds as _restart_s
+from slurm_hetsched.core.policies.hadar_alloc import units_of as _units
 from slurm_hetsched.core.policies.hadar_prices import PriceBounds, price_bounds
 from slurm_hetsched.core.utility import Utility
 
@@ -378,3 +381,22 @@ def test_a_running_job_moves_to_a_faster_placement_when_it_pays_for_the_restart(
     # Nearly done, the restart costs more than the faster GPU saves: it stays.
     almost = problem_on(nodes, [[1, 0, 3]], [1], [20], running={"j0": on_k80})
     assert Hadar(restart_s=30.0).allocate(almost).placements == {"j0": on_k80}
+
+
+def test_a_site_caps_what_a_self_declared_utility_counts_for() -> None:
+    # One GPU, two alike jobs; the later one declares umax=1e6. Uncapped it goes first;
+    # with max_utility=100 both count 100 and the first by arrival goes.
+    problem = problem_on(
+        (Node("n", {"v100": 1}),),
+        [[0, 0, 1], [0, 0, 1]],
+        [1, 1],
+        [100, 100],
+        utilities=(Utility("flat", 100.0), Utility("flat", 1e6)),
+        arrival=[0, 1],
+        now_s=1.0,
+    )
+    uncapped = Hadar(exact_jobs=0).allocate(problem)
+    assert uncapped.placements is not None and set(uncapped.placements) == {"j1"}
+    capped = Hadar(exact_jobs=0, max_utility=100.0).allocate(problem)
+    assert capped.placements is not None and set(capped.placements) == {"j0"}
+    assert capped.waiting["j1"].endswith("utility=100")
