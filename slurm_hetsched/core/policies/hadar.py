@@ -184,19 +184,19 @@ class Hadar:
             if current is None:
                 queue.append(m)
                 continue
-            slots = [(unit_of.get((s.node, s.gpu_type)), s.count) for s in current.slices]
-            if any(u is None or used[u] + n > units.capacity[u] for u, n in slots):
+            found = [(unit_of.get((s.node, s.gpu_type)), s.count) for s in current.slices]
+            slots = [(u, n) for u, n in found if u is not None]
+            if len(slots) < len(found) or any(used[u] + n > units.capacity[u] for u, n in slots):
                 queue.append(m)  # its GPUs are gone: it waits with the others
                 continue
-            if priced_out(views[m], current, slots, units, bounds, problem):
+            if priced_out(views[m], slots, units, bounds, problem.now_s):
                 waiting[job_id] = "preempted:utility=0"
                 continue
             placements[job_id] = current
             for u, n in slots:
-                assert u is not None
                 used[u] += n
         if self.upgrade:
-            moved = upgrades(placements, views, problem, units, bounds, used)
+            moved = upgrades(placements, views, problem, units, bounds, used, unit_of)
             placements.update(moved)
         search = _Search(problem, units, bounds, [views[m] for m in queue])
         chosen, payoff = search.best(

@@ -22,6 +22,7 @@ candidate with the largest payoff wins; the job is admitted only if that payoff 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import cast
 
@@ -63,6 +64,13 @@ class JobView:
     utility: Utility
     arrival_s: float
 
+    def rate_on(self, units: Units, take: Sequence[tuple[int, int]]) -> float:
+        """Steps/s on the GPUs `take` holds ((unit, GPUs) pairs): its slowest type's rate at
+        its gang size, spread over nodes at the unconsolidated rate; 0 = cannot run there."""
+        spread = len({units.nodes[u] for u, _ in take}) > 1
+        rates = self.rate_spread if spread else self.rate
+        return min(rates[units.columns[u]] for u, _ in take)
+
 
 @dataclass(frozen=True, slots=True)
 class Offer:
@@ -70,12 +78,14 @@ class Offer:
 
     Attributes:
         take: (unit index, GPUs) pairs.
-        duration_s: restart + steps at the candidate's rate.
+        rate: the job's steps/s there (`JobView.rate_on`).
+        duration_s: restart + steps at that rate.
         utility: U_j at now + duration.
         price: the sum of its GPUs' prices over the duration.
     """
 
     take: tuple[tuple[int, int], ...]
+    rate: float
     duration_s: float
     utility: float
     price: float
@@ -162,14 +172,12 @@ def _offer(
     prices: list[float],
     now_s: float,
 ) -> Offer | None:
-    spread = len({units.nodes[u] for u, _ in take}) > 1
-    rates = job.rate_spread if spread else job.rate
-    rate = min(rates[units.columns[u]] for u, _ in take)
+    rate = job.rate_on(units, take)
     if rate <= 0:
         return None
     duration = job.restart_s + job.steps / rate
     price = duration * sum(prices[u] * count for u, count in take)
-    return Offer(take, duration, job.utility.value(now_s + duration, job.arrival_s), price)
+    return Offer(take, rate, duration, job.utility.value(now_s + duration, job.arrival_s), price)
 
 
 def _packed(

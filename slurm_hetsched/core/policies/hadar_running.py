@@ -13,22 +13,20 @@ from slurm_hetsched.core.policies.hadar_prices import PriceBounds
 
 def priced_out(
     view: JobView,
-    current: Placement,
-    slots: list[tuple[int | None, int]],
+    slots: list[tuple[int, int]],
     units: Units,
     bounds: PriceBounds,
-    problem: Problem,
+    now_s: float,
 ) -> bool:
-    """The price rule for a running job: its utility at its projected completion on its
-    GPUs does not pay for them at the lowest price (module docstring, step 1)."""
-    spread = len(current.nodes) > 1
-    rates = view.rate_spread if spread else view.rate
-    rate = min(rates[problem.gpu_types.index(t)] for t in current.gpu_types)
+    """The price rule for a running job on `slots` ((unit, GPUs) pairs): its utility at its
+    projected completion there does not pay for them at the lowest price (docs/policies.md,
+    "hadar", step 1)."""
+    rate = view.rate_on(units, slots)
     if rate <= 0:
         return True
     duration = view.steps / rate
-    floor = sum(float(bounds.low[units.columns[u]]) * n for u, n in slots if u is not None)
-    return view.utility.value(problem.now_s + duration, view.arrival_s) <= floor * duration
+    floor = sum(float(bounds.low[units.columns[u]]) * n for u, n in slots)
+    return view.utility.value(now_s + duration, view.arrival_s) <= floor * duration
 
 
 def upgrades(
@@ -38,25 +36,27 @@ def upgrades(
     units: Units,
     bounds: PriceBounds,
     used: list[int],
+    unit_of: Mapping[tuple[str, str], int],
 ) -> dict[str, Placement]:
     """The price rule's moves (`upgrade`): a running job moves to a faster placement when its
     payoff there, restart included, beats staying, at the prices with its own GPUs given
     back; biggest gains first, each seeing the moves before it. `used` is updated."""
     row = {job_id: m for m, job_id in enumerate(problem.job_ids)}
-    unit_of = {(units.nodes[u], problem.gpu_types[c]): u for u, c in enumerate(units.columns)}
+    own = {
+        job_id: [(unit_of[(s.node, s.gpu_type)], s.count) for s in current.slices]
+        for job_id, current in placements.items()
+    }
     gains: list[tuple[float, str]] = []
-    for job_id, current in placements.items():
-        gain = move_gain(views[row[job_id]], current, problem, units, bounds, used, unit_of)
+    for job_id in placements:
+        gain = move_gain(views[row[job_id]], own[job_id], units, bounds, used, problem.now_s)
         if gain is not None:
             gains.append((gain[0], job_id))
     moved: dict[str, Placement] = {}
     for _gain, job_id in sorted(gains, reverse=True):
-        current = placements[job_id]
-        found = move_gain(views[row[job_id]], current, problem, units, bounds, used, unit_of)
+        found = move_gain(views[row[job_id]], own[job_id], units, bounds, used, problem.now_s)
         if found is None:
             continue
-        own = [(unit_of[(s.node, s.gpu_type)], s.count) for s in current.slices]
-        for u, n in own:
+        for u, n in own[job_id]:
             used[u] -= n
         for u, n in found[1].take:
             used[u] += n
@@ -66,32 +66,26 @@ def upgrades(
 
 def move_gain(
     view: JobView,
-    current: Placement,
-    problem: Problem,
+    own: list[tuple[int, int]],
     units: Units,
     bounds: PriceBounds,
     used: list[int],
-    unit_of: Mapping[tuple[str, str], int],
+    now_s: float,
 ) -> tuple[float, Offer] | None:
-    """The payoff a running job gains by moving to its best offer, and that offer; None when
-    staying is as good or the offer is not faster than where it runs."""
-    own = [(unit_of[(s.node, s.gpu_type)], s.count) for s in current.slices]
+    """The payoff a running job on `own` ((unit, GPUs) pairs) gains by moving to its best
+    offer, and that offer; None when staying is as good or the offer is not faster."""
     without = list(used)
     for u, n in own:
         without[u] -= n
-    offer = find_alloc(view, units, tuple(without), bounds, problem.now_s)
-    if offer is None:
-        return None
-    rates = view.rate_spread if len(current.nodes) > 1 else view.rate
-    rate_now = min(rates[problem.gpu_types.index(t)] for t in current.gpu_types)
-    if rate_now <= 0:
+    offer = find_alloc(view, units, tuple(without), bounds, now_s)
+    rate_now = view.rate_on(units, own)
+    if offer is None or rate_now <= 0 or not offer.rate > rate_now * (1 + 1e-9):
         return None
     stay_s = view.steps / rate_now
     prices = units.prices(tuple(without), bounds)
-    stay = view.utility.value(problem.now_s + stay_s, view.arrival_s) - stay_s * sum(
+    stay = view.utility.value(now_s + stay_s, view.arrival_s) - stay_s * sum(
         prices[u] * n for u, n in own
     )
-    faster = view.steps / (offer.duration_s - view.restart_s) > rate_now * (1 + 1e-9)
-    if not faster or offer.payoff <= stay:
+    if offer.payoff <= stay:
         return None
     return offer.payoff - stay, offer
