@@ -4,7 +4,7 @@ and moves per policy, over seeds, beside the paper's ratios; and with --scaling 
 scheduling decision against the number of queued jobs. Prints tables; asserts nothing
 (tests/sim/test_scenario_hadar.py checks the scenario).
 
-    .venv/bin/python benchmarks/hadar.py                      # 480 jobs, seeds 0,1,2
+    .venv/bin/python benchmarks/hadar.py                      # 480 jobs, seeds 0 to 9
     .venv/bin/python benchmarks/hadar.py --jobs 60 --seeds 0 --policies max_min_fairness_perf
     .venv/bin/python benchmarks/hadar.py --procs 4            # simulations in 4 processes
     .venv/bin/python benchmarks/hadar.py --scaling            # decision time, 32 to 10,000 jobs
@@ -12,9 +12,11 @@ scheduling decision against the number of queued jobs. Prints tables; asserts no
 Scenario and settings are sim/scenario_hadar.py's (docs/simulation.md, "Hadar scenario"): 15
 nodes of 4 GPUs (20 v100, 20 p100, 20 k80), 480 jobs at time 0 with Gavel's Philly GPU counts,
 GPU-hours from the paper's size buckets (on K80s), models of the paper's Table II; 360 s rounds,
-10 s restart on every new allocation. "x hadar" is the policy's mean over hadar's (for the
-batch's finish time, "hadar finishes Nx sooner"). A policy not registered in
-core.policies.POLICIES is skipped with a note; without hadar, ratios are to the first policy.
+10 s restart on every new allocation. `hadar_paper` is hadar as the paper prices (every GPU
+type alike, no critical jobs first: `type_values=none,critical=0`). "x hadar" is the policy's
+mean over hadar's (for the batch's finish time, "hadar finishes Nx sooner"). A policy not
+registered in core.policies.POLICIES is skipped with a note; without hadar, ratios are to the
+first policy.
 """
 
 from __future__ import annotations
@@ -31,7 +33,12 @@ from dataclasses import dataclass
 
 from policies import TIMEOUT, print_header, run_in_child
 
-DEFAULT_POLICIES = ("hadar", "max_min_fairness_perf", "tiresias", "yarn_cs")
+DEFAULT_POLICIES = ("hadar", "hadar_paper", "max_min_fairness_perf", "tiresias", "yarn_cs")
+# Variants: a policy with options, under a name of their own.
+VARIANTS = {
+    # The paper's Hadar: all types priced alike, no critical jobs first (docs/policies.md).
+    "hadar_paper": ("hadar", {"type_values": "none", "critical": "0"}),
+}
 # The paper's figures (section IV, Figs. 3-5): baseline / hadar, and Hadar's own finish time.
 PAPER_RATIO = {
     "makespan_h": {"hadar": "40 h", "max_min_fairness_perf": "1.21", "tiresias": "1.35",
@@ -73,10 +80,11 @@ def known_policies(names: Sequence[str]) -> list[str]:
     """`names` that core.policies.POLICIES registers; a note for each that it does not."""
     from slurm_hetsched.core.policies import POLICIES
 
+    known = [name for name in names if VARIANTS.get(name, (name,))[0] in POLICIES]
     for name in names:
-        if name not in POLICIES:
+        if name not in known:
             print(f"skipping policy {name!r}: not registered in core.policies.POLICIES (yet)")
-    return [name for name in names if name in POLICIES]
+    return known
 
 
 def simulate_case(case: tuple[int, int, str]) -> Run:
@@ -89,12 +97,17 @@ def simulate_case(case: tuple[int, int, str]) -> Run:
     from slurm_hetsched.sim.scenario_hadar import generate_hadar_scenario
 
     seed, n_jobs, name = case
+    policy, options = VARIANTS.get(name, (name, {}))
     generated = generate_hadar_scenario(seed, n_jobs)
     site = SiteData(generated.table, shipped_gpu_types(), shipped_site_energy())
     started = time.perf_counter()
     try:
         result = simulate(
-            generated.trace, generated.nodes, get_policy(name), site, generated.settings()
+            generated.trace,
+            generated.nodes,
+            get_policy(policy, options),
+            site,
+            generated.settings(),
         )
     except Exception as exc:  # a policy being written may fail anyhow: report, go on
         kind = "" if isinstance(exc, HetschedError) else " (not a HetschedError)"
@@ -194,7 +207,7 @@ def scaling(policies: Sequence[str], sizes: Sequence[int], repeats: int, limit_s
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--seeds", default="0,1,2", help="seeds (default: %(default)s)")
+    parser.add_argument("--seeds", default="0,1,2,3,4,5,6,7,8,9", help="seeds (default: 0-9)")
     parser.add_argument(
         "--policies",
         help=f"P1,P2,... (default: {','.join(DEFAULT_POLICIES)}; with --scaling: "

@@ -1,6 +1,6 @@
 """hadar through the simulator's tick (the live controller's round loop): a batch of the Hadar
 scenario finishes, gangs across GPU types happen, and every job's work is done exactly.
-(Comparisons with the baselines are benchmarks/hadar.py's, over 480 jobs and three seeds.)"""
+(Comparisons with the baselines are benchmarks/hadar.py's, over 480 jobs and ten seeds.)"""
 
 from __future__ import annotations
 

@@ -8,19 +8,22 @@ Each call (the tick recomputes on arrivals, completions and changes of the free 
    the lowest price a GPU has (U_min, hadar_prices.py), which in practice means its utility
    fell to 0 (a missed hard deadline, a linear utility past its target). A running job whose
    GPUs are no longer all free (a drained node) waits with the others.
-2. The waiting jobs, in arrival order (then row order), are allocated on the GPUs left by
+2. Critical jobs (ours, `critical`; hadar_batch.py): a waiting job whose own run is nearly as
+   long as the whole remaining batch starts on its best offer first.
+3. The other waiting jobs, in arrival order (then row order), are allocated on the GPUs left by
    Algorithm 2 (DP_allocation) read as maximising the total payoff, utility minus price, of
    the jobs admitted (notes/hadar.md section 9, item 1), a job FIND_ALLOC cannot place being
    skipped rather than ending the search (item 2): exactly, over include/skip decisions with
    the cluster's use as memo key, up to `exact_jobs` waiting jobs; beyond that greedily (each
    job in order is admitted when its best payoff at the current prices is > 0, the online
    primal-dual rule the DP refines).
-3. A job admitted gets FIND_ALLOC's best candidate (hadar_alloc.py): several types and nodes
+4. A job admitted gets FIND_ALLOC's best candidate (hadar_alloc.py): several types and nodes
    possible. Every new allocation, a first start as well as a restart after a preemption or a
    drained node, costs the job its restart-cost estimate (`Problem.restart_s`, else the
    policy's `restart_s`) in its projected duration, so in its utility and its price.
-4. A job not admitted waits; `Allocation.waiting` says why, with the price of its best
-   candidate and its utility there (the controller writes it into the job's admin comment).
+5. Idle GPUs go to the jobs not admitted still worth something (`fill_idle`), first to those
+   preferring their types; prices weigh each type by its value (`type_values`, hadar_prices).
+6. A job not admitted waits; `Allocation.waiting` says why (its admin comment shows it).
 
 Every choice the paper leaves open is in docs/policies.md, "hadar". Pure.
 """
@@ -46,11 +49,14 @@ from slurm_hetsched.core.policies.hadar_alloc import (
     to_placement,
     units_of,
 )
-from slurm_hetsched.core.policies.hadar_prices import PriceBounds, price_bounds
+from slurm_hetsched.core.policies.hadar_batch import admit_critical, on_preferred_types
+from slurm_hetsched.core.policies.hadar_prices import PriceBounds, price_bounds, type_values
 from slurm_hetsched.core.policies.hadar_running import priced_out, upgrades
 from slurm_hetsched.core.policies.options import (
     PolicyOption,
+    parse_choice,
     parse_flag,
+    parse_fraction,
     parse_non_negative,
     parse_seed,
 )
@@ -61,14 +67,11 @@ from slurm_hetsched.core.utility import UMAX_MAX
 # worst, fewer with the memo): 12 takes well under a second on a 60-GPU cluster.
 DEFAULT_EXACT_JOBS = 12
 ORDERS = ("payoff", "arrival")
-
-
-def parse_order(value: object) -> str:
-    """The `order` option: "payoff" or "arrival"."""
-    text = str(value).strip().lower()
-    if text not in ORDERS:
-        raise ValueError(f"{value!r} must be one of {list(ORDERS)}")
-    return text
+TYPE_VALUES = ("fluid", "none")
+# A waiting job whose own run is this share of the batch's horizon starts first (hadar_batch):
+# on the Hadar scenario 0.5 to 0.95 all finish within 1.2 h of each other, 0.7 soonest
+# (docs/policies.md).
+DEFAULT_CRITICAL = 0.7
 
 
 class Hadar:
@@ -96,7 +99,7 @@ class Hadar:
                 "beyond exact_jobs, the order the greedy admits waiting jobs in: arrival, or "
                 "payoff (largest first; default)",
                 "payoff",
-                parse_order,
+                parse_choice(*ORDERS),
             ),
             "fill_idle": PolicyOption(
                 "give the GPUs the prices leave idle to jobs not admitted that are still worth "
@@ -109,6 +112,19 @@ class Hadar:
                 "included, beats staying (default true; false: running jobs stay)",
                 True,
                 parse_flag,
+            ),
+            "type_values": PolicyOption(
+                "weigh each GPU type's prices by its value to the queue, the fluid makespan "
+                "LP's duals (fluid; default), or price all types alike as the paper (none)",
+                "fluid",
+                parse_choice(*TYPE_VALUES),
+            ),
+            "critical": PolicyOption(
+                "a waiting job whose run at its best rate is at least this share of the "
+                f"batch's remaining horizon starts first (default {DEFAULT_CRITICAL:g}; "
+                "0: never)",
+                DEFAULT_CRITICAL,
+                parse_fraction,
             ),
             "max_utility": PolicyOption(
                 "the most any job's utility counts for (default 1e6, the spec's own bound): "
@@ -137,15 +153,20 @@ class Hadar:
         fill_idle: bool = True,
         upgrade: bool = True,
         max_utility: float = UMAX_MAX,
+        type_values: str = "fluid",
+        critical: float = DEFAULT_CRITICAL,
     ) -> None:
         if not max_utility > 0:
             raise InvalidProblemError(f"hadar: max_utility {max_utility} must be > 0")
         self.max_utility = max_utility
         self.fill_idle = fill_idle
         self.upgrade = upgrade
-        if order not in ORDERS:
-            raise InvalidProblemError(f"hadar: order {order!r}; expected one of {list(ORDERS)}")
-        self.order = order
+        if order not in ORDERS or type_values not in TYPE_VALUES or not 0 <= critical <= 1:
+            raise InvalidProblemError(
+                f"hadar: order {order!r} (one of {list(ORDERS)}), type_values {type_values!r} "
+                f"(one of {list(TYPE_VALUES)}), critical {critical} (0 to 1)"
+            )
+        self.order, self.type_values, self.critical = order, type_values, critical
         if exact_jobs < 0 or not eta > 0 or not restart_s >= 0:
             raise InvalidProblemError(
                 f"hadar: exact_jobs {exact_jobs} (>= 0), eta {eta} (> 0), restart_s "
@@ -166,7 +187,8 @@ class Hadar:
         steps = problem.require("steps", self.name) if problem.n_jobs else np.zeros(0)
         restart = restart_seconds(problem, self.restart_s)
         utilities = [capped(problem.utility(m), self.max_utility) for m in range(problem.n_jobs)]
-        bounds = price_bounds(problem, steps, restart, self.eta, utilities)
+        values = type_values(problem, steps) if self.type_values == "fluid" else None
+        bounds = price_bounds(problem, steps, restart, self.eta, utilities, values)
         units = units_of(problem)
         # GPUs given out per unit: at first those the scheduler may not use (jobs outside
         # our control, an unavailable node), then the running jobs that stay.
@@ -198,6 +220,11 @@ class Hadar:
         if self.upgrade:
             moved = upgrades(placements, views, problem, units, bounds, used, unit_of)
             placements.update(moved)
+        critical = admit_critical(views, queue, units, used, bounds, problem.now_s, self.critical)
+        for m, offer in critical.items():
+            job_id = problem.job_ids[m]
+            placements[job_id] = to_placement(job_id, offer.take, units, problem.gpu_types)
+        queue = [m for m in queue if problem.job_ids[m] not in placements]
         search = _Search(problem, units, bounds, [views[m] for m in queue])
         chosen, payoff = search.best(
             tuple(used), exact=len(queue) <= self.exact_jobs, by_payoff=self.order == "payoff"
@@ -286,8 +313,9 @@ class _Search:
     def fill(self, jobs: list[JobView], used: list[int]) -> dict[str, Offer]:
         """Work conservation (`fill_idle`, our addition to the paper): the GPUs the prices
         left idle go to the jobs not admitted that are still worth something (utility > 0),
-        largest payoff first, each on its best candidate at the current prices; `used` is
-        updated in place."""
+        largest payoff first, each on its best candidate at the current prices: first to the
+        jobs whose best candidate lies on their preferred types (hadar_batch.py), then to the
+        rest; `used` is updated in place."""
         offers = {
             v.job_id: find_alloc(
                 v, self.units, tuple(used), self.bounds, self.problem.now_s, self.cache
@@ -299,17 +327,22 @@ class _Search:
             key=lambda v: -offers[v.job_id].payoff,  # type: ignore[union-attr]
         )
         filled: dict[str, Offer] = {}
-        for view in order:
-            if self._is_full(tuple(used)):
-                break
-            offer = find_alloc(
-                view, self.units, tuple(used), self.bounds, self.problem.now_s, self.cache
-            )
-            if offer is None or offer.utility <= 0:
-                continue
-            filled[view.job_id] = offer
-            for u, count in offer.take:
-                used[u] += count
+        for preferred_only in (True, False):
+            for view in order:
+                if self._is_full(tuple(used)):
+                    break
+                if view.job_id in filled:
+                    continue
+                offer = find_alloc(
+                    view, self.units, tuple(used), self.bounds, self.problem.now_s, self.cache
+                )
+                if offer is None or offer.utility <= 0:
+                    continue
+                if preferred_only and not on_preferred_types(view, offer, self.units, self.bounds):
+                    continue
+                filled[view.job_id] = offer
+                for u, count in offer.take:
+                    used[u] += count
         return filled
 
     def _is_full(self, used: tuple[int, ...]) -> bool:

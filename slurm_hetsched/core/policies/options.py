@@ -93,6 +93,26 @@ def parse_non_negative(value: object) -> float:
     return number
 
 
+def parse_choice(*choices: str) -> Callable[[object], str]:
+    """A parser for one word of `choices` (case and surrounding blanks ignored)."""
+
+    def parse(value: object) -> str:
+        text = str(value).strip().lower()
+        if text not in choices:
+            raise ValueError(f"{value!r} must be one of {list(choices)}")
+        return text
+
+    return parse
+
+
+def parse_fraction(value: object) -> float:
+    """A number from 0 to 1."""
+    number = _number(value)
+    if not (math.isfinite(number) and 0 <= number <= 1):
+        raise ValueError(f"{value!r} must be a number from 0 to 1")
+    return number
+
+
 ENERGY_SLACK = PolicyOption(
     description=(
         "fraction in [0, 1) of the policy's objective to give up for a lower energy cost per "
