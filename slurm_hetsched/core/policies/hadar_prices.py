@@ -33,8 +33,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from slurm_hetsched.core.model import Problem
-from slurm_hetsched.core.policies.rate_lp import RateRows, solve_rate_lp
-from slurm_hetsched.core.policies.symmetry import group_jobs
+from slurm_hetsched.core.policies.makespan import solve_makespan_lp
 from slurm_hetsched.core.utility import Utility
 from slurm_hetsched.errors import SolverError
 
@@ -119,21 +118,13 @@ def type_values(problem: Problem, steps: np.ndarray) -> np.ndarray:
     live = (steps > 0) & (rates > 0).any(axis=1)
     if not live.any():
         return ones
-    weight = steps[live] / steps[live].max()  # scaled as the makespan policy does
-    gpus = problem.num_gpus[live].astype(float)
-    groups = group_jobs(np.column_stack([rates[live], gpus, weight]))
-    rep = groups.representative
     try:
-        solution = solve_rate_lp(
-            RateRows(
-                a=rates[live][rep],
-                gpus=gpus[rep] * groups.size,
-                capacity=problem.capacity,
-                weight=weight[rep],
-                floor=np.zeros(groups.n_groups),
-            ),
+        solution, _ = solve_makespan_lp(
+            rates[live],
+            problem.num_gpus[live].astype(float),
+            problem.capacity,
+            steps[live],
             policy="hadar",
-            n_jobs=int(live.sum()),
         )
     except SolverError:
         return ones

@@ -37,9 +37,9 @@ from slurm_hetsched.core.model import Allocation, Problem
 from slurm_hetsched.core.policies.base import EnergySlackPolicy
 from slurm_hetsched.core.policies.constraints import base_constraints, clean_solution, solve_cvxpy
 from slurm_hetsched.core.policies.energy import Floors
-from slurm_hetsched.core.policies.rate_lp import RateRows, solve_rate_lp
+from slurm_hetsched.core.policies.rate_lp import RateRows, RateSolution, solve_rate_lp
 from slurm_hetsched.core.policies.rates import rate_matrix, rates
-from slurm_hetsched.core.policies.symmetry import group_jobs
+from slurm_hetsched.core.policies.symmetry import JobGroups, group_jobs
 
 
 def makespan_s(steps: np.ndarray, rate: np.ndarray) -> float:
@@ -55,6 +55,39 @@ def makespan_s(steps: np.ndarray, rate: np.ndarray) -> float:
         return 0.0
     with np.errstate(divide="ignore"):
         return float(np.max(steps[left] / rate[left]))
+
+
+def solve_makespan_lp(
+    throughput: np.ndarray,
+    num_gpus: np.ndarray,
+    capacity: np.ndarray,
+    steps: np.ndarray,
+    *,
+    policy: str,
+) -> tuple[RateSolution, JobGroups]:
+    """The minimum-makespan rate LP over jobs with `steps` left (all > 0 for some job), alike
+    jobs solved as one row: the solution by group and the groups (`groups.expand` gives per
+    job time fractions; `solution.prices` are the types' capacity duals, hadar's type values).
+
+    Raises:
+        SolverError: HiGHS did not end optimal.
+    """
+    # Steps scaled to at most 1 keep tau near the throughputs' magnitude (conditioning).
+    weight = steps / steps.max()
+    groups = group_jobs(np.column_stack([throughput, num_gpus, weight]))
+    rep = groups.representative
+    solution = solve_rate_lp(
+        RateRows(
+            a=throughput[rep],
+            gpus=num_gpus[rep] * groups.size,
+            capacity=capacity,
+            weight=weight[rep],
+            floor=np.zeros(groups.n_groups),
+        ),
+        policy=policy,
+        n_jobs=len(steps),
+    )
+    return solution, groups
 
 
 class MinTotalDurationPerf(EnergySlackPolicy):
@@ -113,20 +146,8 @@ class MinTotalDurationPerf(EnergySlackPolicy):
     def _solve_highs(
         self, problem: Problem, throughput: np.ndarray, steps: np.ndarray
     ) -> tuple[np.ndarray, float]:
-        # Steps scaled to at most 1 keep tau near the throughputs' magnitude (conditioning).
-        weight = steps / steps.max()
-        groups = group_jobs(np.column_stack([throughput, problem.num_gpus, weight]))
-        rep = groups.representative
-        solution = solve_rate_lp(
-            RateRows(
-                a=throughput[rep],
-                gpus=problem.num_gpus[rep] * groups.size,
-                capacity=problem.capacity,
-                weight=weight[rep],
-                floor=np.zeros(groups.n_groups),
-            ),
-            policy=self.name,
-            n_jobs=problem.n_jobs,
+        solution, groups = solve_makespan_lp(
+            throughput, problem.num_gpus, problem.capacity, steps, policy=self.name
         )
         return groups.expand(solution.x), solution.solve_s
 
