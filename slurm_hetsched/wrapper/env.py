@@ -207,9 +207,9 @@ class JobEnvironment:
             job_id=job_id,
             job_key=job_key,
             restart_count=_int(env, "SLURM_RESTART_COUNT", 0),
-            rank=_first_int(env, ("SLURM_PROCID", "RANK"), 0),
-            local_rank=_first_int(env, ("SLURM_LOCALID", "LOCAL_RANK"), 0),
-            world_size=max(1, _first_int(env, ("SLURM_NTASKS", "WORLD_SIZE"), 1)),
+            rank=_first_int(env, RANK_VARIABLES, 0),
+            local_rank=_first_int(env, LOCAL_RANK_VARIABLES, 0),
+            world_size=max(1, _first_int(env, WORLD_SIZE_VARIABLES, 1)),
             node=env.get("SLURMD_NODENAME") or os.uname().nodename,
             num_gpus=_num_gpus(env),
             state_dir=_state_dir(env, job_key),
@@ -253,6 +253,23 @@ def _num_gpus(env: Mapping[str, str]) -> int:
     if visible and visible not in ("-1", "NoDevFiles"):
         return len([d for d in visible.split(",") if d.strip()])
     return 0
+
+
+# Where a process stands among the job's ranks: an srun step's (SLURM_STEP_NUM_TASKS counts the
+# tasks over every component of a heterogeneous step, SLURM_PROCID numbers them across it), else
+# torchrun's. A process of the batch script itself is one rank, whatever the job's --ntasks.
+RANK_VARIABLES = ("SLURM_PROCID", "RANK")
+LOCAL_RANK_VARIABLES = ("SLURM_LOCALID", "LOCAL_RANK")
+WORLD_SIZE_VARIABLES = ("SLURM_STEP_NUM_TASKS", "WORLD_SIZE")
+
+
+def first_int(env: Mapping[str, str], names: tuple[str, ...], default: int) -> int:
+    """The first of `names` that is set, as a whole number >= 0, else `default`.
+
+    Raises:
+        WrapperConfigError: it is not a whole number >= 0 (the message names it).
+    """
+    return _first_int(env, names, default)
 
 
 def _int(env: Mapping[str, str], name: str, default: int) -> int:
