@@ -10,7 +10,8 @@ RANK_VARIABLES). Under torchrun: RANK, WORLD_SIZE, LOCAL_RANK.
 
 Rendezvous: MASTER_ADDR and MASTER_PORT when set (the template sets them in the batch script,
 on the node where rank 0 runs), else this machine's name and a port derived from the job's
-leader id, so that two jobs on one node do not meet. Backend: NCCL when CUDA is usable, else
+leader id and restart count (`default_port`), so that two jobs, or two runs of one job, on one
+node do not meet. Backend: NCCL when CUDA is usable, else
 gloo. The standard library only, but for `init_distributed`, which imports torch.
 """
 
@@ -58,8 +59,7 @@ class Rendezvous:
         world = max(1, first_int(env, WORLD_SIZE_VARIABLES, 1))
         if not 0 <= rank < world:
             raise WrapperConfigError(f"rank {rank} is not below the job's {world} ranks")
-        leader = env.get("SLURM_JOB_ID_HET_GROUP_0") or env.get("SLURM_JOB_ID") or "0"
-        port_default = PORT_BASE + int(leader) % PORT_SPAN if leader.isdigit() else PORT_BASE
+        port_default = default_port(env)
         port = first_int(env, ("MASTER_PORT",), port_default)
         if not 0 < port < 65536:
             raise WrapperConfigError(f"MASTER_PORT={port} is not a TCP port")
@@ -70,6 +70,16 @@ class Rendezvous:
             master_addr=env.get("MASTER_ADDR") or socket.gethostname(),
             master_port=port,
         )
+
+
+def default_port(env: Mapping[str, str]) -> int:
+    """The port of a job's rendezvous when MASTER_PORT is unset (the template's formula): from
+    the leader's job id and the restart count, so that a requeued run does not meet on its
+    previous run's port, whose sockets may linger."""
+    leader = env.get("SLURM_JOB_ID_HET_GROUP_0") or env.get("SLURM_JOB_ID") or "0"
+    job = int(leader) if leader.isdigit() else 0
+    restart = first_int(env, ("SLURM_RESTART_COUNT",), 0)
+    return PORT_BASE + (job * 8 + restart % 8) % PORT_SPAN
 
 
 def init_distributed(

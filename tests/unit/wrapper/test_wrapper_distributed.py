@@ -8,7 +8,7 @@ import socket
 import pytest
 
 from slurm_hetsched.wrapper import WrapperConfigError
-from slurm_hetsched.wrapper.distributed import PORT_BASE, PORT_SPAN, Rendezvous
+from slurm_hetsched.wrapper.distributed import PORT_BASE, PORT_SPAN, Rendezvous, default_port
 
 
 def test_a_process_outside_any_launcher_is_one_rank() -> None:
@@ -38,7 +38,9 @@ def test_a_plain_slurm_step_meets_on_a_port_of_its_job() -> None:
     }
     where = Rendezvous.from_environ(env)
     assert (where.rank, where.world_size, where.local_rank) == (1, 2, 1)
-    assert where.master_port == PORT_BASE + 4242 % PORT_SPAN
+    assert where.master_port == PORT_BASE + 4242 * 8 % PORT_SPAN
+    # A requeued run meets elsewhere.
+    assert default_port({**env, "SLURM_RESTART_COUNT": "1"}) == where.master_port + 1
     # The template's MASTER_* (set on the node of rank 0) win.
     pinned = Rendezvous.from_environ({**env, "MASTER_ADDR": "n1", "MASTER_PORT": "31000"})
     assert (pinned.master_addr, pinned.master_port) == ("n1", 31000)
@@ -65,7 +67,7 @@ def test_a_heterogeneous_step_spans_every_component() -> None:
     }
     where = Rendezvous.from_environ(env)
     assert (where.rank, where.world_size, where.local_rank) == (2, 3, 0)
-    assert where.master_port == PORT_BASE + 3  # the leader's id: the same on every component
+    assert where.master_port == PORT_BASE + 3 * 8  # the leader's id: the same on every component
 
 
 @pytest.mark.parametrize(
