@@ -180,6 +180,7 @@ class SlurmEnactor(CheckpointPhase):
                 constraint=part.gpu_type,
                 nodelist=part.node,
                 nodes=1,
+                ntasks=part.count,  # one rank per GPU (sbatch_templates/train.sbatch)
                 partition=leader.partition or None,
                 account=leader.account or None,
                 comment=comment,

@@ -207,9 +207,9 @@ class JobEnvironment:
             job_id=job_id,
             job_key=job_key,
             restart_count=_int(env, "SLURM_RESTART_COUNT", 0),
-            rank=_first_int(env, ("SLURM_PROCID", "RANK"), 0),
-            local_rank=_first_int(env, ("SLURM_LOCALID", "LOCAL_RANK"), 0),
-            world_size=max(1, _first_int(env, ("SLURM_NTASKS", "WORLD_SIZE"), 1)),
+            rank=first_int(env, RANK_VARIABLES, 0),
+            local_rank=first_int(env, LOCAL_RANK_VARIABLES, 0),
+            world_size=max(1, first_int(env, WORLD_SIZE_VARIABLES, 1)),
             node=env.get("SLURMD_NODENAME") or os.uname().nodename,
             num_gpus=_num_gpus(env),
             state_dir=_state_dir(env, job_key),
@@ -255,6 +255,14 @@ def _num_gpus(env: Mapping[str, str]) -> int:
     return 0
 
 
+# Where a process stands among the job's ranks: an srun step's (SLURM_STEP_NUM_TASKS counts the
+# tasks over every component of a heterogeneous step, SLURM_PROCID numbers them across it), else
+# torchrun's. A process of the batch script itself is one rank, whatever the job's --ntasks.
+RANK_VARIABLES = ("SLURM_PROCID", "RANK")
+LOCAL_RANK_VARIABLES = ("SLURM_LOCALID", "LOCAL_RANK")
+WORLD_SIZE_VARIABLES = ("SLURM_STEP_NUM_TASKS", "WORLD_SIZE")
+
+
 def _int(env: Mapping[str, str], name: str, default: int) -> int:
     value = env.get(name, "").strip()
     if not value:
@@ -268,7 +276,12 @@ def _int(env: Mapping[str, str], name: str, default: int) -> int:
     return number
 
 
-def _first_int(env: Mapping[str, str], names: tuple[str, ...], default: int) -> int:
+def first_int(env: Mapping[str, str], names: tuple[str, ...], default: int) -> int:
+    """The first of `names` that is set, as a whole number >= 0, else `default`.
+
+    Raises:
+        WrapperConfigError: it is not a whole number >= 0 (the message names it).
+    """
     for name in names:
         if env.get(name, "").strip():
             return _int(env, name, default)

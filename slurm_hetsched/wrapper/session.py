@@ -154,7 +154,27 @@ class JobSession:
         return self.handshake.acks
 
     def start(self) -> JobSession:
-        """Prepare the state folder, install the handlers, resume; returns self."""
+        """Prepare the state folder, install the handlers, resume; returns self.
+
+        Raises:
+            SystemExit: (0) this process is rank k > 0 of an srun step whose program joins no
+                process group: rank 0 trains alone (a one-process program in a job the
+                controller placed across GPU types runs once, not once per GPU).
+        """
+        if self.env.world_size > 1 and self.collective.world_size == 1:
+            if self.env.rank > 0:
+                logger.warning(
+                    "rank %d of %d: the program joins no torch.distributed process group, so "
+                    "rank 0 trains alone and this rank exits",
+                    self.env.rank,
+                    self.env.world_size,
+                )
+                raise SystemExit(0)
+            logger.warning(
+                "%d ranks, but the program joins no torch.distributed process group: rank 0 "
+                'trains alone (docs/job-side.md, "Multi-rank jobs")',
+                self.env.world_size,
+            )
         if self.is_rank_zero:
             ensure_state_dir(self.env.state_dir)
             self.store.prune()  # temporary folders of a writer killed in the previous run

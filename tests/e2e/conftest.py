@@ -35,7 +35,7 @@ TRAIN_PLAIN = REPO / "examples" / "train_plain.py"
 STEPS = 300
 SEED = 0
 _STEP_LINE = re.compile(r"^step=(\d+) \S+ node=(\S+) restart=(\d+)$", re.MULTILINE)
-_FINAL_LINE = re.compile(r"^final steps=(\d+) params_sha256=([0-9a-f]{64})$", re.MULTILINE)
+_FINAL_LINE = re.compile(r"^final steps=(\d+) (?:\S+ )*params_sha256=([0-9a-f]{64})$", re.MULTILINE)
 
 
 def render_template(train_args: list[str], *, script: Path = TRAIN_MLP, comment: str) -> str:

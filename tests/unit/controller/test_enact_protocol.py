@@ -228,6 +228,9 @@ def test_a_resubmission_and_a_call_off_are_journaled_inside_their_umbrella_actio
         "replaced by job 200",
     )
     assert rig.journal.first("release", "102").slurm_id == "200"
+    # One component per slice, each with one rank per GPU (the template's srun).
+    (sbatch,) = [c for c in rig.commands() if c[0] == "sbatch"]
+    assert sbatch.count("--ntasks=1") == 2 and ":" in sbatch
     assert rig.read("103", "resume_request.json") is not None
     assert rig.slurm.record("102").state is JobState.CANCELLED
     assert rig.slurm.record("200").state is JobState.PENDING and not rig.slurm.record("200").held

@@ -40,6 +40,7 @@ def test_slurm_variables() -> None:
             "SLURM_PROCID": "3",
             "SLURM_LOCALID": "1",
             "SLURM_NTASKS": "4",
+            "SLURM_STEP_NUM_TASKS": "4",  # what srun sets in each of the job's ranks
             "SLURMD_NODENAME": "n1",
             "SLURM_GPUS_ON_NODE": "2",
             "SLURM_JOB_NUM_NODES": "2",

@@ -332,3 +332,20 @@ def test_request_left_before_the_handler_existed_is_answered_at_start(tmp_path: 
     ack = read_ack(state)
     assert ack is not None and (ack.restart_count, ack.step, ack.checkpoint) == (2, 4, "ckpt-4")
     assert third.saves == 0 and clock.sleeps == 2, "no step trained, no new checkpoint"
+
+
+def test_a_one_process_program_in_a_multi_rank_step_trains_once(tmp_path: Path) -> None:
+    # srun starts one task per GPU; a program that joins no process group must not train (and
+    # write the state folder) once per task: rank 0 trains, the others leave at once.
+    other = session_for(tmp_path, Counter(), FakeClock(), env={"rank": 1, "world_size": 2})
+    with pytest.raises(SystemExit) as left:
+        other.start()
+    assert left.value.code == 0
+    assert not (tmp_path / "state").exists(), "rank 1 touched nothing"
+    counter = Counter()
+    first = session_for(tmp_path, counter, FakeClock(), total=3, env={"world_size": 2})
+    with first:
+        while not first.finished:
+            counter.seen.append(first.step)
+            first.step_done()
+    assert counter.seen == [0, 1, 2]
