@@ -4,7 +4,9 @@
 `hetsched r=42 v100x2@n1 share=v100:.61,p100:.39 prio=1.8 moved:p100->v100`:
 the round the job's target last changed, the target (type x count @ nodes), its allocation
 shares (a type marked `~`, as in `a100~:.39`, is one where the job's speed is an estimate, not
-yet measured), the priority it was chosen with, and why.
+yet measured), the priority it was chosen with, and why. A job the controller re-submitted
+(a move across GPU types or nodes) ends with the job it replaced: `... moved:k80->v100+k80
+was=35`, kept by every later comment of that job.
 
 Only admins can set an admin comment, so users cannot forge it. It is written only when its
 stable part (target, shares, reason) changed, so a round costs one `scontrol update` per job
@@ -22,6 +24,7 @@ PREFIX = "hetsched"
 _MAX_LENGTH = 250
 # The parts that change every round without news: left out when comparing.
 _VOLATILE = re.compile(r" (r|prio)=\S+")
+_REPLACED = re.compile(r" was=(\d+)$")
 
 
 def describe_target(placement: Placement | None) -> str:
@@ -51,16 +54,26 @@ def format_admin_comment(
     priority: float | None,
     reason: str,
     estimated: Collection[str] = (),
+    replaced: str | None = None,
 ) -> str:
     """The admin comment of one managed job this round (`estimated`: the types its steps/s
-    are estimates on, marked '~' in its shares)."""
+    are estimates on, marked '~' in its shares; `replaced`: the Slurm job this one replaced
+    when the job was re-submitted)."""
     prio = "-" if priority is None else f"{priority:.3g}"
+    # The reason is cut, never the replaced job's id at the end.
+    tail = f" was={replaced}" if replaced else ""
     text = (
         f"{PREFIX} r={round_} {describe_target(placement)} "
         f"share={describe_share(share, estimated)} "
         f"prio={prio} {reason}"
     )
-    return text[:_MAX_LENGTH]
+    return text[: _MAX_LENGTH - len(tail)] + tail
+
+
+def replaced_job(admin_comment: str) -> str | None:
+    """The job id after `was=` in a comment the controller wrote, or None."""
+    found = _REPLACED.search(admin_comment.strip())
+    return found.group(1) if found and admin_comment.startswith(f"{PREFIX} r=") else None
 
 
 def format_rejected_comment(reason: str) -> str:

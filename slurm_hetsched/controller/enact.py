@@ -40,11 +40,12 @@ from slurm_hetsched.controller.enact_steps import (
 )
 from slurm_hetsched.controller.enact_work import Work, classify, runs_on, starting_on
 from slurm_hetsched.controller.jobview import ManagedJob, SlurmView
+from slurm_hetsched.controller.resubmit_options import resubmission_options
 from slurm_hetsched.controller.statefiles import write_placement
 from slurm_hetsched.core.model import Placement, RoundPlan
 from slurm_hetsched.core.ports import EnactReport
 from slurm_hetsched.errors import InvalidRequestError, SlurmError
-from slurm_hetsched.slurm.records import GpuRequest, JobOptions, JobUpdate, SlurmJob
+from slurm_hetsched.slurm.records import JobUpdate, SlurmJob
 
 __all__ = [
     "ACTION_KINDS",
@@ -120,10 +121,12 @@ class SlurmEnactor(CheckpointPhase):
         held: bool,
     ) -> bool:
         """Point a pending job at its target and let it run there."""
-        if len(target.gpu_types) > 1 or len(target.nodes) > 1:
-            return self._resubmit(round_, job, target, out)
         if not held and not self._hold_pending(round_, job, out):
             return False
+        # Several slices make a heterogeneous job; a heterogeneous job going back to one slice
+        # becomes a plain job again. Both need a new job: Slurm cannot add or drop components.
+        if len(target.slices) > 1 or len(job.components) > 1:
+            return self._resubmit(round_, job, target, out)
         gpu_type = target.gpu_types[0]
         node = target.nodes[0]
         update = {"features": gpu_type, "gpus_per_node": target.num_gpus, "nodes": node}
@@ -167,37 +170,14 @@ class SlurmEnactor(CheckpointPhase):
         return self._step(round_, job, "hold", {}, hold, out, benign=(InvalidRequestError,))
 
     def _resubmit(self, round_: int, job: ManagedJob, target: Placement, out: EnactOutcome) -> bool:
-        """Re-submit the job as a heterogeneous job with one component per GPU slice."""
-        leader = job.leader
-        comment = (
-            leader.comment if job.spec.key else leader.comment.rstrip("; ") + f";key={job.job_key}"
-        )
-        environment = self._resubmit_environment(job)
-        components = [
-            JobOptions(
-                job_name=leader.name,
-                gpus=GpuRequest(part.count),
-                constraint=part.gpu_type,
-                nodelist=part.node,
-                nodes=1,
-                ntasks=part.count,  # one rank per GPU (sbatch_templates/train.sbatch)
-                partition=leader.partition or None,
-                account=leader.account or None,
-                comment=comment,
-                output=leader.standard_output or None,
-                chdir=leader.work_dir or None,
-                requeue=True,
-                open_mode_append=True,
-                export=environment,
-                export_all=False,
-            )
-            for part in target.slices
-        ]
+        """Re-submit the job with one component per GPU slice (one slice: a plain job), then
+        cancel the old one. Until the new job is accepted the old one stays held and intact,
+        and the next round tries again: never both jobs running, never neither."""
+        options = resubmission_options(job, target, self._resubmit_environment(job), self.clock())
         try:
             script = self.slurm.write_batch_script(job.slurm_id)
         except SlurmError as exc:
             out.failed[job.key] = f"cannot read the batch script: {exc}"
-            self._release_quietly(round_, job, out)
             return False
         if not self._step(
             round_,
@@ -207,19 +187,20 @@ class SlurmEnactor(CheckpointPhase):
             lambda: self._write_placement(round_, job, target),
             out,
         ):
-            self._release_quietly(round_, job, out)
             return False
         slices = {"slices": [[s.node, s.gpu_type, s.count] for s in target.slices]}
         # Open until the old job is cancelled: a crash in between leaves it to reconcile.
         opened = self._begin(round_, job, "resubmit", slices)
         action = self._begin(round_, job, "submit", slices)
         try:
-            new_id = self.slurm.submit(script, components, uid=leader.user_id, gid=leader.group_id)
+            leader = job.leader
+            new_id = self.slurm.submit(script, options, uid=leader.user_id, gid=leader.group_id)
         except Exception as exc:
             self._finish(action, False, str(exc), "submit")
             out.failed[job.key] = f"re-submission failed: {exc}"
-            self._release_quietly(round_, job, out)
-            self._finish(opened, False, f"re-submission failed: {exc}", "resubmit")
+            self._finish(
+                opened, False, f"re-submission failed, old job kept held: {exc}", "resubmit"
+            )
             return False
         self._finish(action, True, f"new job {new_id}", "submit")
         out.resubmitted[job.key] = new_id
@@ -240,7 +221,7 @@ class SlurmEnactor(CheckpointPhase):
             lambda: self.slurm.cancel(job.slurm_id),
             out,
         )
-        self._finish(opened, cancelled, f"replaced by job {new_id}", "resubmit")
+        self._finish(opened, cancelled, f"job {job.slurm_id} replaced by job {new_id}", "resubmit")
         return True
 
     def _release_quietly(self, round_: int, job: ManagedJob, out: EnactOutcome) -> None:

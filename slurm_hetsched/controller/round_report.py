@@ -19,6 +19,7 @@ from slurm_hetsched.controller.admin_comment import (
     format_admin_comment,
     format_rejected_comment,
     needs_update,
+    replaced_job,
 )
 from slurm_hetsched.controller.enact import EnactOutcome, Journal
 from slurm_hetsched.controller.jobview import ManagedJob, SlurmView
@@ -121,8 +122,9 @@ def write_admin_comments(
     for key, job in sorted(view.managed.items()):
         if key in plan.set_aside:
             continue  # reported as not managed
+        replaced = replaced_job(job.leader.admin_comment)
         if key in outcome.resubmitted:
-            job_id = outcome.resubmitted[key]
+            job_id, replaced = outcome.resubmitted[key], job.slurm_id
         elif job.state is not JobState.PENDING and job.state is not JobState.RUNNING:
             continue
         else:
@@ -144,6 +146,7 @@ def write_admin_comments(
                 allocation.waiting if allocation is not None else {},
             ),
             estimated=unmeasured_estimates(table, job, measured.get(key, {}), list(share)),
+            replaced=replaced,
         )
         current = "" if key in outcome.resubmitted else job.leader.admin_comment
         if not needs_update(current, text):

@@ -192,6 +192,9 @@ def parse_job(raw: Mapping[str, Any]) -> SlurmJob:
         end_time=number(raw.get("end_time")) or None,
         # "" without accounting (no slurmdbd): both recorded clusters report no QOS.
         qos=_text(raw.get("qos")),
+        standard_error=_text(raw.get("standard_error")),
+        # Minutes; 22.05 writes null and 26.05 {"infinite": true} for no limit.
+        time_limit_min=number(raw.get("time_limit")),
     )
 
 

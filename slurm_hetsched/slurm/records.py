@@ -91,6 +91,8 @@ class SlurmJob:
     group_id: int | None = None
     end_time: int | None = None
     qos: str = ""
+    standard_error: str = ""
+    time_limit_min: int | None = None  # None: no limit (or Slurm did not say)
 
     @property
     def held(self) -> bool:

@@ -19,6 +19,7 @@ from slurm_hetsched.controller.admin_comment import (
     PREFIX,
     format_admin_comment,
     format_rejected_comment,
+    replaced_job,
 )
 from slurm_hetsched.core.jobspec import JobSpecError, parse_job_spec
 from slurm_hetsched.core.model import GpuSlice, Node, Placement, Problem
@@ -42,7 +43,8 @@ REASON = re.compile(
     rf"|preempted:utility=0))"
 )
 MANAGED = re.compile(
-    rf"{PREFIX} r=\d+ {_TARGET} share={_SHARE} prio={_PRIORITY} (?P<reason>\S+)", re.ASCII
+    rf"{PREFIX} r=\d+ {_TARGET} share={_SHARE} prio={_PRIORITY} (?P<reason>\S+)( was=\d+)?",
+    re.ASCII,
 )
 NOT_MANAGED = re.compile(rf"{PREFIX} not-managed: (?P<why>\S+( \S+)*)")
 # An example in prose, a table or a console block: up to the closing backtick or the line end.
@@ -79,6 +81,11 @@ def test_the_code_writes_what_the_pattern_describes() -> None:
             round_=42, placement=placement, share=share, priority=priority, reason="started"
         )
         assert is_managed_comment(text), text
+    replaced = format_admin_comment(
+        round_=42, placement=two, share={}, priority=1.0, reason="moved:k80->k80", replaced="35"
+    )
+    assert is_managed_comment(replaced) and replaced_job(replaced) == "35", replaced
+    assert replaced_job(replaced.replace(" was=35", "")) is None
     assert NOT_MANAGED.fullmatch(format_rejected_comment("unknown key 'x';\n  valid: a"))
 
 

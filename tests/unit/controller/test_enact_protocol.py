@@ -225,7 +225,7 @@ def test_a_resubmission_and_a_call_off_are_journaled_inside_their_umbrella_actio
     assert (resubmit.slurm_id, resubmit.status, resubmit.outcome) == (
         "102",
         "done",
-        "replaced by job 200",
+        "job 102 replaced by job 200",
     )
     assert rig.journal.first("release", "102").slurm_id == "200"
     # One component per slice, each with one rank per GPU (the template's srun).
