@@ -134,7 +134,7 @@ def _settle_resubmission(
         logger.warning("reconciling action %d on job %s: %s", action.id, action.job_key, exc)
         return f"; could not cancel the old job: {exc}"
     result.cancelled.append(old.job_id)
-    return f"; replaced by job {replacement.job_id}, old job cancelled"
+    return f"; job {old.job_id} replaced by job {replacement.job_id}, old job cancelled"
 
 
 def _still_running(job: SlurmJob | None, action: Action) -> bool:
@@ -146,10 +146,12 @@ def _still_running(job: SlurmJob | None, action: Action) -> bool:
 
 
 def _replacement(jobs: list[SlurmJob], action: Action) -> SlurmJob | None:
-    """An active job, other than the old one, whose comment carries the same key."""
+    """An active job, other than the old one, whose comment carries the same key. The old
+    job's other components carry it too: they are the old job, not its replacement."""
     marker = f"key={action.job_key}"
     for job in jobs:
         pairs = [p.strip() for p in job.comment.partition(":")[2].split(";")]
-        if job.job_id != action.slurm_job_id and job.state.is_active and marker in pairs:
+        whole_job = job.het_job_id or job.job_id
+        if whole_job != action.slurm_job_id and job.state.is_active and marker in pairs:
             return job
     return None

@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
@@ -32,6 +33,8 @@ REPO = Path(__file__).resolve().parents[2]
 TEMPLATE = REPO / "sbatch_templates" / "train.sbatch"
 TRAIN_MLP = REPO / "examples" / "train_mlp.py"
 TRAIN_PLAIN = REPO / "examples" / "train_plain.py"
+TRAIN_DDP = REPO / "examples" / "train_ddp.py"
+DDP_STEPS = 120  # the multi-rank jobs' steps (examples/train_ddp.py)
 STEPS = 300
 SEED = 0
 _STEP_LINE = re.compile(r"^step=(\d+) \S+ node=(\S+) restart=(\d+)$", re.MULTILINE)
@@ -201,6 +204,24 @@ def reference_digest(tmp_path_factory: pytest.TempPathFactory) -> str:
     log = JobLog.parse(done.stdout)
     assert done.returncode == 0 and log.digest, done.stderr[-2000:]
     return log.digest
+
+
+@pytest.fixture(scope="session")
+def three_rank_digest(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """params_sha256 of an uninterrupted 3-rank run of examples/train_ddp.py with DDP_STEPS
+    steps (torchrun, gloo, no Slurm)."""
+    folder = tmp_path_factory.mktemp("ddp-reference")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM", "HETSCHED"))}
+    env |= {"HETSCHED_STATE_DIR": str(folder / "state"), "OMP_NUM_THREADS": "1"}
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = str(probe.getsockname()[1])
+    argv = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "3"]
+    argv += ["--master-port", port, str(TRAIN_DDP), "--steps", str(DDP_STEPS)]
+    done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=300, check=False)
+    found = re.search(r"params_sha256=([0-9a-f]{64})", done.stdout)
+    assert done.returncode == 0 and found, done.stdout[-2000:] + done.stderr[-2000:]
+    return found.group(1)
 
 
 def job_log(submitter: Submitter, job_id: str) -> JobLog:

@@ -204,7 +204,7 @@ def test_an_interrupted_resubmission_cancels_the_old_job_once_the_new_one_exists
     assert rig.slurm.record(new_id).state is JobState.PENDING
     assert result.cancelled == ["102"]
     assert outcome(store, action).outcome == (
-        f"{INTERRUPTED}; replaced by job {new_id}, old job cancelled"
+        f"{INTERRUPTED}; job 102 replaced by job {new_id}, old job cancelled"
     )
     assert store.pending_actions() == []
 
@@ -223,7 +223,9 @@ def test_a_resubmission_left_pending_with_its_cancel_cancels_the_old_job_once(
     assert rig.slurm.record(new_id).state is JobState.PENDING
     for action in actions:
         assert outcome(store, action).status == "failed"
-        assert outcome(store, action).outcome.startswith(f"{INTERRUPTED}; replaced by job {new_id}")
+        assert outcome(store, action).outcome.startswith(
+            f"{INTERRUPTED}; job 102 replaced by job {new_id}"
+        )
 
 
 @pytest.mark.parametrize("kind", ["resubmit", "submit"])
@@ -240,6 +242,33 @@ def test_an_interrupted_submission_without_a_new_job_keeps_the_old_one(
         f"{INTERRUPTED}; no replacement was submitted, old job kept"
     )
     assert store.pending_actions() == []
+
+
+def test_the_old_heterogeneous_jobs_own_components_are_not_its_replacement(
+    rig: Rig, store: SqliteStore
+) -> None:
+    """Every component of a re-submitted job carries the key. When a heterogeneous job is
+    re-submitted again and the crash came before sbatch answered, its second component is the
+    old job itself: the old job is kept, never cancelled for a replacement that is not there."""
+    old = resubmitted(rig)  # a heterogeneous job under key 102: components old and old+1
+    rig.slurm.jobs["102"]["job_state"] = "CANCELLED"  # the first move is long done
+    store.begin_action(5, "102", old, "resubmit", {})
+    result = run_reconcile(rig, store)
+    assert rig.commands() == [] and result.cancelled == []
+    assert rig.slurm.record(old).state is JobState.PENDING
+    (action,) = [a for a in store.actions() if a.kind == "resubmit"]
+    assert action.outcome == f"{INTERRUPTED}; no replacement was submitted, old job kept"
+
+    # With the replacement there, the old job (both components) is cancelled, once.
+    new = rig.backend.submit(
+        SCRIPT, [JobOptions(gpus=GpuRequest(3), constraint="k80", comment=f"{SPEC};key=102")]
+    )
+    store.begin_action(6, "102", old, "resubmit", {})
+    result = run_reconcile(rig, store)
+    assert rig.commands() == [["scancel", "--verbose", old]]
+    assert result.cancelled == [old]
+    action = [a for a in store.actions() if a.kind == "resubmit"][-1]
+    assert action.outcome == f"{INTERRUPTED}; job {old} replaced by job {new}, old job cancelled"
 
 
 # -- steps of the placement ------------------------------------------------------------------------
@@ -383,7 +412,7 @@ def test_a_crash_after_the_submission_cancels_the_old_job_and_leaves_the_new_one
     new = rig.slurm.record("200")
     assert new.state is JobState.PENDING and new.held
     resubmit = next(a for a in store.actions() if a.kind == "resubmit")
-    assert resubmit.outcome == f"{INTERRUPTED}; replaced by job 200, old job cancelled"
+    assert resubmit.outcome == f"{INTERRUPTED}; job 102 replaced by job 200, old job cancelled"
 
 
 TWO = RoundPlan(round=5, move={"101": placement("101", ("n1", "v100", 1))}, stop=("102",))
