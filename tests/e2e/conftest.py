@@ -12,7 +12,6 @@ from __future__ import annotations
 import os
 import re
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -213,11 +212,8 @@ def three_rank_digest(tmp_path_factory: pytest.TempPathFactory) -> str:
     folder = tmp_path_factory.mktemp("ddp-reference")
     env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM", "HETSCHED"))}
     env |= {"HETSCHED_STATE_DIR": str(folder / "state"), "OMP_NUM_THREADS": "1"}
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = str(probe.getsockname()[1])
-    argv = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "3"]
-    argv += ["--master-port", port, str(TRAIN_DDP), "--steps", str(DDP_STEPS)]
+    argv = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "3"]
+    argv += [str(TRAIN_DDP), "--steps", str(DDP_STEPS)]
     done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=300, check=False)
     found = re.search(r"params_sha256=([0-9a-f]{64})", done.stdout)
     assert done.returncode == 0 and found, done.stdout[-2000:] + done.stderr[-2000:]

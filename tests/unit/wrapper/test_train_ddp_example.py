@@ -10,7 +10,6 @@ from __future__ import annotations
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -38,7 +37,9 @@ def torchrun(ranks: int, state_root: Path, *extra: str) -> subprocess.Popen[str]
         "OMP_NUM_THREADS": "1",
     }
     argv = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(ranks)]
-    argv += ["--master-port", str(_free_port()), str(EXAMPLE), "--steps", str(STEPS), *extra]
+    # --standalone: torchrun picks a free port itself (a port probed here could be taken
+    # before torchrun binds it)
+    argv += ["--standalone", str(EXAMPLE), "--steps", str(STEPS), *extra]
     return subprocess.Popen(
         argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT
     )
@@ -86,12 +87,6 @@ def moved_run(first: int, second: int, state_root: Path) -> tuple[list[int], flo
     assert int(found.group(1)) == STEPS
     assert ack.step < STEPS
     return steps, float(found.group(2)), found.group(3)
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 def _children(pid: int) -> list[int]:
