@@ -294,10 +294,18 @@ def _managed_job(
                 "for an untyped count (--gres=gpu:N) so the controller can choose the type"
             )
         num_gpus += request.count
-    if spec.gpus is not None and spec.gpus != num_gpus:
+    smallest = num_gpus
+    if spec.gpus is not None and spec.gpus_max is not None:
+        # An elastic job: the controller re-submits it with the count each round chooses.
+        smallest = spec.gpus
+        if not spec.gpus <= num_gpus <= spec.gpus_max:
+            raise JobSpecError(
+                f"gpus={spec.gpus}-{spec.gpus_max} in the spec but the job asks for {num_gpus} GPUs"
+            )
+    elif spec.gpus is not None and spec.gpus != num_gpus:
         raise JobSpecError(f"gpus={spec.gpus} in the spec but the job asks for {num_gpus} GPUs")
     try:
-        rates = table.row(spec.job_class, num_gpus, gpu_types)
+        rates = table.row(spec.job_class, smallest, gpu_types)
     except UnknownJobClassError as exc:
         close = difflib.get_close_matches(spec.job_class, table.classes, n=2, cutoff=0.5)
         hint = f"; did you mean {' or '.join(map(repr, close))}?" if close else ""
@@ -313,7 +321,7 @@ def _managed_job(
     if not (rates > 0).any():
         raise JobSpecError(
             f"no GPU type of this cluster ({', '.join(gpu_types)}) can run class "
-            f"{spec.job_class!r} on {num_gpus} GPUs according to the throughput table"
+            f"{spec.job_class!r} on {smallest} GPUs according to the throughput table"
         )
     return ManagedJob(
         key=job_identity(job_key, spec.copy),

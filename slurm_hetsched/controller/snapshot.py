@@ -104,7 +104,11 @@ def snapshot_job(
     return Job(
         key=job.key,
         job_class=spec.job_class,
-        num_gpus=job.num_gpus,
+        # An elastic job is its smallest gang, allowed every count up to its largest.
+        num_gpus=spec.gpus if spec.gpus_max and spec.gpus else job.num_gpus,
+        allowed_gpus=(
+            tuple(range(spec.gpus, spec.gpus_max + 1)) if spec.gpus_max and spec.gpus else ()
+        ),
         steps_remaining=remaining,
         total_steps=None if total is None else float(total),
         weight=spec.weight,

@@ -51,6 +51,8 @@ WEIGHT_MAX = 1e3
 TW_MAX = 1e3  # tardiness weight: cost per second late (the minimum is 0)
 DUE_WITHIN_S = 10 * 365.25 * 86400.0  # a due date is at most ten years from the observation
 GPUS_MAX = 1024
+# An elastic job's sizes (`gpus=N-M`): policies weigh each, so a round's work grows with them.
+ELASTIC_SIZES_MAX = 16
 CLASS_MAX = 128
 COPY_MAX = 1023
 JOB_KEY_MAX = 64
@@ -90,7 +92,9 @@ class JobSpec:
             observation time, or None.
         tardiness_weight: cost per second late (`tw=`, default 0), 0 to TW_MAX.
         gpus: the GPU count the user repeated (`gpus=`, 1 to GPUS_MAX), or None; must equal
-            the request.
+            the request. An elastic job gives a range, `gpus=2-3`: `gpus` is its smallest
+            count and `gpus_max` its largest; the request must lie between them.
+        gpus_max: the largest count of an elastic job (`gpus=N-M`), or None.
         key: the job key (`key=`, see `valid_job_key`), or None (then the first Slurm job id
             is the key).
         copy: the index of a forked copy (`copy=`, 0 to COPY_MAX, default 0); copies share
@@ -108,6 +112,7 @@ class JobSpec:
     due_s: float | None = None
     tardiness_weight: float = 0.0
     gpus: int | None = None
+    gpus_max: int | None = None
     key: str | None = None
     copy: int = 0
     mem_gib: float | None = None
@@ -176,13 +181,15 @@ def parse_job_spec(comment: str, *, local_tz: tzinfo, now_s: float) -> JobSpec:
     job_key = values.get("key")
     due_s = _due(values.get("due"), local_tz, now_s)
     tardiness_weight = _number(values, "tw", 0.0, 0.0, TW_MAX)
+    gpus, gpus_max = _gpus(values)
     return JobSpec(
         job_class=_job_class(values["class"]),
         steps=_whole(values, "steps", 1, STEPS_MAX),
         weight=_number(values, "weight", 1.0, WEIGHT_MIN, WEIGHT_MAX),
         due_s=due_s,
         tardiness_weight=tardiness_weight,
-        gpus=_whole(values, "gpus", 1, GPUS_MAX),
+        gpus=gpus,
+        gpus_max=gpus_max,
         key=None if job_key is None else check_job_key(job_key),
         copy=_whole(values, "copy", 0, COPY_MAX) or 0,
         mem_gib=_mem(values.get("mem")),
@@ -210,6 +217,24 @@ def _whole(values: dict[str, str], key: str, lo: int, hi: int) -> int | None:
     if len(raw) <= len(str(hi)) and _DIGITS.fullmatch(raw) and lo <= int(raw) <= hi:
         return int(raw)
     raise JobSpecError(f"{key}={_shown(raw)}: expected a whole number from {lo} to {hi}")
+
+
+def _gpus(values: dict[str, str]) -> tuple[int | None, int | None]:
+    """`gpus=N` (None for the largest), or an elastic job's `gpus=N-M` with N < M."""
+    raw = values.get("gpus")
+    if raw is None or "-" not in raw:
+        return _whole(values, "gpus", 1, GPUS_MAX), None
+    low, _, high = raw.partition("-")
+    try:
+        lo, hi = (_whole({"gpus": part}, "gpus", 1, GPUS_MAX) for part in (low, high))
+    except JobSpecError:
+        lo = hi = None
+    if lo is None or hi is None or not lo < hi < lo + ELASTIC_SIZES_MAX:
+        raise JobSpecError(
+            f"gpus={_shown(raw)}: expected N, or N-M for an elastic job, with 1 <= N < M <= "
+            f"{GPUS_MAX} and at most {ELASTIC_SIZES_MAX} sizes (M - N < {ELASTIC_SIZES_MAX})"
+        )
+    return lo, hi
 
 
 def _number(values: dict[str, str], key: str, default: float, lo: float, hi: float) -> float:

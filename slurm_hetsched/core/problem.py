@@ -82,6 +82,7 @@ def build_problem(
     for j, t in enumerate(gpu_types):
         if t in known:
             throughput[:, j] = found[:, known.index(t)]
+    from_table = throughput.copy()
     for m, job in enumerate(jobs):
         if job.measured_steps_per_s:
             # 0 measured: known not to run there (a simulated job's memory need, for one).
@@ -129,7 +130,11 @@ def build_problem(
         allowed_gpus=(
             tuple(job.allowed_gpus or (job.num_gpus,) for job in jobs) if flexible else None
         ),
-        throughput_at=_throughput_at(snapshot, site.table, known, too_small) if flexible else None,
+        throughput_at=(
+            _throughput_at(snapshot, site.table, known, too_small, throughput, from_table)
+            if flexible
+            else None
+        ),
         energy=EnergyModel.from_catalog(site.gpu_types, site.energy, gpu_types),
         utilities=(
             tuple(job.the_utility() for job in jobs)
@@ -223,11 +228,18 @@ def placement_rate(table: ThroughputTable, job_class: str, placement: Placement)
 
 
 def _throughput_at(
-    snapshot: ClusterSnapshot, table: ThroughputTable, known: list[str], too_small: np.ndarray
+    snapshot: ClusterSnapshot,
+    table: ThroughputTable,
+    known: list[str],
+    too_small: np.ndarray,
+    throughput: np.ndarray,
+    from_table: np.ndarray,
 ) -> np.ndarray:
     """(n_jobs, n_types, widest allowed count) steps/s at each count the table has for the
     job's class; NaN elsewhere (Problem.rates_at scales those); 0 at every count on the types
-    `too_small` (n_jobs, n_types) rules out for the job (more GPUs need as much memory each)."""
+    `too_small` (n_jobs, n_types) rules out for the job (more GPUs need as much memory each).
+    A job's measurements rescale its row at num_gpus (`throughput` against `from_table`, the
+    table's): its other counts are rescaled alike, so its sizes compare on one scale."""
     gpu_types = snapshot.gpu_types
     width = max(max(job.allowed_gpus or (job.num_gpus,)) for job in snapshot.jobs)
     out = np.full((len(snapshot.jobs), len(gpu_types), width), np.nan)
@@ -237,7 +249,10 @@ def _throughput_at(
                 row = dict(zip(known, table.row(job.job_class, g, known), strict=True))
                 out[m, :, g - 1] = [row.get(t, 0.0) for t in gpu_types]
     out[too_small] = 0.0
-    return out
+    scale = np.divide(
+        throughput, from_table, out=np.ones_like(throughput, dtype=float), where=from_table > 0
+    )
+    return np.asarray(out * scale[:, :, None])
 
 
 def _entry(site: SiteData, gpu_type: str) -> GpuType:

@@ -206,18 +206,23 @@ def reference_digest(tmp_path_factory: pytest.TempPathFactory) -> str:
 
 
 @pytest.fixture(scope="session")
-def three_rank_digest(tmp_path_factory: pytest.TempPathFactory) -> str:
-    """params_sha256 of an uninterrupted 3-rank run of examples/train_ddp.py with DDP_STEPS
-    steps (torchrun, gloo, no Slurm)."""
+def three_rank_digest(three_rank_run: tuple[str, float]) -> str:
+    return three_rank_run[0]
+
+
+@pytest.fixture(scope="session")
+def three_rank_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, float]:
+    """params_sha256 and held-out loss of an uninterrupted 3-rank run of examples/train_ddp.py
+    with DDP_STEPS steps (torchrun, gloo, no Slurm)."""
     folder = tmp_path_factory.mktemp("ddp-reference")
     env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM", "HETSCHED"))}
     env |= {"HETSCHED_STATE_DIR": str(folder / "state"), "OMP_NUM_THREADS": "1"}
     argv = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "3"]
     argv += [str(TRAIN_DDP), "--steps", str(DDP_STEPS)]
     done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=300, check=False)
-    found = re.search(r"params_sha256=([0-9a-f]{64})", done.stdout)
+    found = re.search(r"heldout_loss=([\d.]+) params_sha256=([0-9a-f]{64})", done.stdout)
     assert done.returncode == 0 and found, done.stdout[-2000:] + done.stderr[-2000:]
-    return found.group(1)
+    return found.group(2), float(found.group(1))
 
 
 def job_log(submitter: Submitter, job_id: str) -> JobLog:

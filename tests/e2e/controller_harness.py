@@ -41,6 +41,7 @@ class LiveController:
         requeue_timeout_s: float = 60.0,
         moves: str = "plain",
         restart_s: float | None = None,
+        policy_options: dict[str, float] | None = None,
     ) -> None:
         """`moves` is "plain" unless a test asks otherwise: the move-protocol tests need a
         job checkpointed within a few short rounds, which amortized moves (the product's
@@ -59,6 +60,9 @@ class LiveController:
             f"requeue_timeout_s = {requeue_timeout_s}",
             'log_level = "info"',
         ]
+        if policy_options:
+            pairs = ", ".join(f"{k} = {json.dumps(v)}" for k, v in policy_options.items())
+            lines.append(f"policy_options = {{ {pairs} }}")
         if resubmit_environment:
             pairs = ", ".join(f"{k} = {json.dumps(v)}" for k, v in resubmit_environment.items())
             lines.append(f"resubmit_environment = {{ {pairs} }}")

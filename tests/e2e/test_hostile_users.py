@@ -362,9 +362,7 @@ def test_a_key_claimed_by_a_second_user_neither_moves_nor_ejects_the_owners_job(
         "the owner's job runs",
         60,
     )
-    thief = submit_plain(
-        backend, submit, state_root, out, user=bob, comment=long_run, steps=2000
-    )
+    thief = submit_plain(backend, submit, state_root, out, user=bob, comment=long_run, steps=2000)
     for _ in range(3):
         ctl.once()
 

@@ -43,6 +43,7 @@ from slurm_hetsched.core.policies.hadar_alloc import (
     Offer,
     Units,
     capped,
+    elastic_rates,
     find_alloc,
     job_view,
     restart_seconds,
@@ -196,8 +197,10 @@ class Hadar:
         unit_of = {(units.nodes[u], problem.gpu_types[c]): u for u, c in enumerate(units.columns)}
         placements: dict[str, Placement] = {}
         waiting: dict[str, str] = {}
+        larger = elastic_rates(problem)
         views = {
-            m: job_view(problem, m, steps, restart, utilities[m]) for m in range(problem.n_jobs)
+            m: job_view(problem, m, steps, restart, utilities[m], larger)
+            for m in range(problem.n_jobs)
         }
         queue: list[int] = []
         for m in _arrival_order(problem):

@@ -63,12 +63,23 @@ class JobView:
     rate_spread: tuple[float, ...]  # (n_types,) the same spread over nodes
     utility: Utility
     arrival_s: float
+    # Larger gangs the job may run with too (`Problem.allowed_gpus`, an elastic job): (GPUs,
+    # rate, rate spread) each, ascending; () = exactly num_gpus.
+    larger: tuple[tuple[int, tuple[float, ...], tuple[float, ...]], ...] = ()
+
+    def sizes(self) -> list[tuple[int, tuple[float, ...]]]:
+        """(GPUs, consolidated rate) of every gang size the job may take, smallest first."""
+        return [(self.num_gpus, self.rate), *((n, rate) for n, rate, _ in self.larger)]
 
     def rate_on(self, units: Units, take: Sequence[tuple[int, int]]) -> float:
         """Steps/s on the GPUs `take` holds ((unit, GPUs) pairs): its slowest type's rate at
-        its gang size, spread over nodes at the unconsolidated rate; 0 = cannot run there."""
+        that gang size, spread over nodes at the unconsolidated rate; 0 = cannot run there."""
         spread = len({units.nodes[u] for u, _ in take}) > 1
         rates = self.rate_spread if spread else self.rate
+        count = sum(n for _, n in take)
+        for size, rate, rate_spread in self.larger:
+            if size == count:
+                rates = rate_spread if spread else rate
         return min(rates[units.columns[u]] for u, _ in take)
 
 
@@ -108,22 +119,24 @@ def find_alloc(
 
     `cache`, kept by the caller for one `units` and `bounds`: the candidates depend only on
     `used`, the job's gang size and its types by speed, so jobs alike share them (a round of
-    thousands of waiting jobs has a few dozen such shapes)."""
-    usable = tuple(
-        sorted((c for c, r in enumerate(job.rate) if r > 0), key=lambda c: (-job.rate[c], c))
-    )
-    key = (used, job.num_gpus, usable)
-    found = None if cache is None else cache.get(key)
-    if found is None:
-        found = _candidates(job.num_gpus, usable, units, used, bounds)
-        if cache is not None:
-            cache[key] = found
-    takes, prices = cast(_Candidates, found)
+    thousands of waiting jobs has a few dozen such shapes). An elastic job (`JobView.larger`)
+    gets the best offer over all its gang sizes; on equal payoffs the smaller gang."""
     best: Offer | None = None
-    for take in takes:
-        offer = _offer(job, take, units, prices, now_s)
-        if offer is not None and (best is None or offer.payoff > best.payoff):
-            best = offer
+    for size, rate in job.sizes():
+        usable = tuple(
+            sorted((c for c, r in enumerate(rate) if r > 0), key=lambda c: (-rate[c], c))
+        )
+        key = (used, size, usable)
+        found = None if cache is None else cache.get(key)
+        if found is None:
+            found = _candidates(size, usable, units, used, bounds)
+            if cache is not None:
+                cache[key] = found
+        takes, prices = cast(_Candidates, found)
+        for take in takes:
+            offer = _offer(job, take, units, prices, now_s)
+            if offer is not None and (best is None or offer.payoff > best.payoff):
+                best = offer
     return best
 
 
@@ -256,14 +269,32 @@ def capped(utility: Utility, most: float) -> Utility:
 
 
 def job_view(
-    problem: Problem, m: int, steps: np.ndarray, restart: np.ndarray, utility: Utility | None = None
+    problem: Problem,
+    m: int,
+    steps: np.ndarray,
+    restart: np.ndarray,
+    utility: Utility | None = None,
+    rates_by_size: dict[int, np.ndarray] | None = None,
 ) -> JobView:
+    """Job row `m` as FIND_ALLOC sees it; `rates_by_size` (`elastic_rates`) gives the rates
+    of the larger gangs an elastic job may take."""
     # Not `problem.runnable`: a gang across types may take fewer GPUs of a type than it needs.
     rate = problem.throughput[m]
     spread = (
         rate
         if problem.throughput_spread is None
         else np.minimum(rate, problem.throughput_spread[m])
+    )
+    # A larger gang loses to spreading what the job's own size loses (no table has more).
+    loss = np.divide(spread, rate, out=np.ones_like(rate, dtype=float), where=rate > 0)
+    larger = tuple(
+        (
+            size,
+            tuple(float(v) for v in rates_by_size[size][m]),
+            tuple(float(v) for v in rates_by_size[size][m] * loss),
+        )
+        for size in problem.gpu_options(m)
+        if rates_by_size is not None and size > int(problem.num_gpus[m])
     )
     return JobView(
         job_id=problem.job_ids[m],
@@ -274,4 +305,19 @@ def job_view(
         rate_spread=tuple(float(v) for v in spread),
         utility=problem.utility(m) if utility is None else utility,
         arrival_s=float(problem.arrival_s[m]),
+        larger=larger,
     )
+
+
+def elastic_rates(problem: Problem) -> dict[int, np.ndarray] | None:
+    """Every job's rates at each larger gang size some job may take (`Problem.rates_at`), or
+    None when no job is elastic."""
+    if problem.allowed_gpus is None:
+        return None
+    sizes = {
+        n
+        for m in range(problem.n_jobs)
+        for n in problem.gpu_options(m)
+        if n > int(problem.num_gpus[m])
+    }
+    return {n: problem.rates_at(n) for n in sorted(sizes)}

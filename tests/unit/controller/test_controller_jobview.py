@@ -182,6 +182,16 @@ def test_a_matching_gpus_key_is_accepted() -> None:
     assert v.managed["20"].num_gpus == 2 and v.rejected == ()
 
 
+def test_an_elastic_job_is_its_smallest_gang_allowed_every_count_up_to_its_largest() -> None:
+    for asked in (2, 4):  # as submitted, and as the controller re-submitted it after growing
+        v = view([held("20", gpus=asked, comment=SPEC + ";gpus=2-4")])
+        assert v.managed["20"].num_gpus == asked and v.rejected == ()
+        (job,) = v.snapshot.jobs
+        assert (job.num_gpus, job.allowed_gpus) == (2, (2, 3, 4))
+    v = view([held("20", gpus=1, comment=SPEC + ";gpus=2-4")])
+    assert "gpus=2-4 in the spec but the job asks for 1 GPUs" in reason_of(v, "20")
+
+
 def test_a_rejected_running_jobs_gpus_stay_in_use() -> None:
     v = view(
         [slurm_job("30", state=JobState.RUNNING, nodes="n1", gpus=2, gpu_type="v100")],

@@ -5,15 +5,19 @@ Against Slurm as recorded (recorded_slurm.py), with the real backend building ev
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator
+from datetime import UTC
 from pathlib import Path
 
 import pytest
 from controller_builders import managed, placement
 from enact_rig import Rig, make_rig
+from recorded_slurm import SPEC
 
 from slurm_hetsched.controller.jobview import SlurmView
 from slurm_hetsched.controller.resubmit_options import remaining_minutes, resubmission_options
+from slurm_hetsched.core.jobspec import parse_job_spec
 from slurm_hetsched.core.model import RoundPlan
 from slurm_hetsched.slurm.records import JobState
 
@@ -147,3 +151,22 @@ def test_a_heterogeneous_job_moved_to_one_node_is_resubmitted_as_a_plain_job(rig
     )
     assert rig.slurm.record("200").state is JobState.CANCELLED
     assert rig.slurm.record("202").het_job_id is None
+
+
+def test_a_job_given_another_gpu_count_is_resubmitted_with_one_task_per_gpu(rig: Rig) -> None:
+    """An elastic job (`gpus=2-3`) grown from 2 GPUs to 3 on its node: a batch job's tasks
+    cannot change, so it is re-submitted, a plain job with 3 tasks."""
+    rig.slurm.add_running("102", "n3", "k80", gpus=2, comment=f"{SPEC};gpus=2-3")
+    grown = placement("102", ("n3", "k80", 3))
+    view = rig.view()
+    job = view.managed["102"]
+    elastic = dataclasses.replace(
+        job, spec=parse_job_spec(f"{SPEC};gpus=2-3", local_tz=UTC, now_s=NOW)
+    )
+    view = dataclasses.replace(view, managed={"102": elastic})
+    report, out = rig.enactor().enact(view, RoundPlan(round=3, move={"102": grown}))
+    assert report.failed == {} and out.resubmitted == {"102": "200"}
+    ((argv, _, _),) = rig.slurm.submissions
+    (component,) = _options(argv)
+    assert (component["ntasks"], component["gres"], component["nodelist"]) == ("3", "gpu:3", "n3")
+    assert rig.slurm.record("102").state is JobState.CANCELLED

@@ -201,6 +201,14 @@ def test_due_dates_ten_years_either_side_are_accepted() -> None:
         ("gpus=0", "from 1 to 1024"),
         (f"gpus={GPUS_MAX + 1}", "from 1 to 1024"),
         ("gpus=99999999999999999999", "from 1 to 1024"),
+        ("gpus=3-2", "N-M for an elastic job"),
+        ("gpus=2-2", "N-M for an elastic job"),
+        ("gpus=-3", "N-M for an elastic job"),
+        ("gpus=2-", "N-M for an elastic job"),
+        ("gpus=2-3-4", "N-M for an elastic job"),
+        ("gpus=0-2", "N-M for an elastic job"),
+        ("gpus=1-17", "at most 16 sizes"),
+        (f"gpus=1-{GPUS_MAX + 1}", "N-M for an elastic job"),
         ("copy=-1", "from 0 to 1023"),
         (f"copy={COPY_MAX + 1}", "from 0 to 1023"),
         ("copy=", "from 0 to 1023"),
@@ -332,3 +340,10 @@ def test_is_managed_only_for_hetsched_comments() -> None:
     assert not is_managed("")
     assert not is_managed(None)
     assert not is_managed("training run 3")
+
+
+def test_an_elastic_job_names_its_smallest_and_largest_gpu_count() -> None:
+    spec = parse("hetsched:class=A;gpus=2-3")
+    assert (spec.gpus, spec.gpus_max) == (2, 3)
+    assert parse("hetsched:class=A;gpus=1-16").gpus_max == 16
+    assert parse("hetsched:class=A;gpus=2").gpus_max is None
