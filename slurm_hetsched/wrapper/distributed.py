@@ -8,32 +8,41 @@ Slurm numbers the tasks 0..n-1 across the components (SLURM_PROCID), SLURM_STEP_
 and SLURM_JOB_ID the leader's id on every component (tested on Slurm 22.05; env.py's
 RANK_VARIABLES). Under torchrun: RANK, WORLD_SIZE, LOCAL_RANK.
 
-Rendezvous: MASTER_ADDR and MASTER_PORT when set (the template sets them in the batch script,
-on the node where rank 0 runs), else this machine's name and a port derived from the job's
-leader id and restart count (`default_port`), so that two jobs, or two runs of one job, on one
-node do not meet. Backend: NCCL when CUDA is usable, else
-gloo. The standard library only, but for `init_distributed`, which imports torch.
+Rendezvous: with MASTER_PORT set (torchrun, or HETSCHED_MASTER_PORT in the template) the ranks
+meet at MASTER_ADDR:MASTER_PORT. Without it rank 0 opens torch's TCPStore on a port the kernel
+picks (never one another job or run holds: jobs with equal ids on two clusters' dev nodes did
+meet on a derived port) and publishes it, with its address (MASTER_ADDR, else its host name),
+in `rendezvous.json` of the job's state folder, naming its job id and restart count; the other
+ranks wait for that run's file and connect. The state folder is on storage every node of the
+job shares, as for checkpoints. Backend: NCCL when CUDA is usable, else gloo. The standard
+library only, but for `init_distributed`, which imports torch.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import os
 import socket
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 
 from slurm_hetsched.wrapper.env import (
     LOCAL_RANK_VARIABLES,
     RANK_VARIABLES,
     WORLD_SIZE_VARIABLES,
+    JobEnvironment,
     WrapperConfigError,
     first_int,
 )
+from slurm_hetsched.wrapper.files import write_json_atomic
 
-# Ports MASTER_PORT is derived from when unset: a job id picks one of PORT_SPAN from PORT_BASE.
-PORT_BASE = 20_000
-PORT_SPAN = 20_000
 DEFAULT_TIMEOUT_S = 300.0
+RENDEZVOUS_FILE = "rendezvous.json"
+_RENDEZVOUS_MAX_BYTES = 4096
+_POLL_S = 0.1
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,7 +53,7 @@ class Rendezvous:
     world_size: int
     local_rank: int
     master_addr: str
-    master_port: int
+    master_port: int | None  # None: rank 0 picks one and publishes it (module docstring)
 
     @classmethod
     def from_environ(cls, environ: Mapping[str, str] | None = None) -> Rendezvous:
@@ -59,10 +68,11 @@ class Rendezvous:
         world = max(1, first_int(env, WORLD_SIZE_VARIABLES, 1))
         if not 0 <= rank < world:
             raise WrapperConfigError(f"rank {rank} is not below the job's {world} ranks")
-        port_default = default_port(env)
-        port = first_int(env, ("MASTER_PORT",), port_default)
-        if not 0 < port < 65536:
-            raise WrapperConfigError(f"MASTER_PORT={port} is not a TCP port")
+        port: int | None = None
+        if env.get("MASTER_PORT"):
+            port = first_int(env, ("MASTER_PORT",), 0)
+            if not 0 < port < 65536:
+                raise WrapperConfigError(f"MASTER_PORT={port} is not a TCP port")
         return cls(
             rank=rank,
             world_size=world,
@@ -72,21 +82,12 @@ class Rendezvous:
         )
 
 
-def default_port(env: Mapping[str, str]) -> int:
-    """The port of a job's rendezvous when MASTER_PORT is unset (the template's formula): from
-    the leader's job id and the restart count, so that a requeued run does not meet on its
-    previous run's port, whose sockets may linger."""
-    leader = env.get("SLURM_JOB_ID_HET_GROUP_0") or env.get("SLURM_JOB_ID") or "0"
-    job = int(leader) if leader.isdigit() else 0
-    restart = first_int(env, ("SLURM_RESTART_COUNT",), 0)
-    return PORT_BASE + (job * 8 + restart % 8) % PORT_SPAN
-
-
 def init_distributed(
     environ: Mapping[str, str] | None = None,
     *,
     backend: str | None = None,
     timeout_s: float = DEFAULT_TIMEOUT_S,
+    state_dir: Path | None = None,
 ) -> Rendezvous:
     """Join the job's process group (every rank calls it; once per process). A job of one
     rank gets no process group: the wrapper then works as a single process.
@@ -95,23 +96,90 @@ def init_distributed(
         environ: the variables to read (default: os.environ).
         backend: "gloo" or "nccl" (default: NCCL when CUDA is usable, else gloo).
         timeout_s: how long the ranks wait for each other at start and in collectives.
+        state_dir: the job's state folder, where the rendezvous is published without
+            MASTER_PORT (default: the wrapper's, from the environment).
+
+    Returns:
+        Where this process stands, with the address and port the ranks met on.
     """
     import datetime
 
     import torch
     import torch.distributed as dist
 
-    where = Rendezvous.from_environ(environ)
+    env = os.environ if environ is None else environ
+    where = Rendezvous.from_environ(env)
     if where.world_size == 1 or dist.is_initialized():
         return where
     chosen = backend or ("nccl" if torch.cuda.is_available() else "gloo")
     if chosen == "nccl":
         torch.cuda.set_device(where.local_rank % torch.cuda.device_count())
+    timeout = datetime.timedelta(seconds=timeout_s)
+    if where.master_port is not None:
+        dist.init_process_group(
+            backend=chosen,
+            init_method=f"tcp://{where.master_addr}:{where.master_port}",
+            rank=where.rank,
+            world_size=where.world_size,
+            timeout=timeout,
+        )
+        return where
+    folder = state_dir if state_dir is not None else JobEnvironment.from_environ(env).state_dir
+    run = _this_run(env)
+    path = folder / RENDEZVOUS_FILE
+    if where.rank == 0:
+        store = dist.TCPStore(  # type: ignore[attr-defined]
+            where.master_addr, 0, where.world_size, True, timeout=timeout, wait_for_workers=False
+        )
+        folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+        write_json_atomic(path, {**run, "addr": where.master_addr, "port": int(store.port)})
+        port = int(store.port)
+        addr = where.master_addr
+    else:
+        addr, port = wait_for_rendezvous(path, run, where.rank, timeout_s)
+        store = dist.TCPStore(  # type: ignore[attr-defined]
+            addr, port, where.world_size, False, timeout=timeout
+        )
     dist.init_process_group(
-        backend=chosen,
-        init_method=f"tcp://{where.master_addr}:{where.master_port}",
-        rank=where.rank,
-        world_size=where.world_size,
-        timeout=datetime.timedelta(seconds=timeout_s),
+        backend=chosen, store=store, rank=where.rank, world_size=where.world_size, timeout=timeout
     )
-    return where
+    return dataclasses.replace(where, master_addr=addr, master_port=port)
+
+
+def _this_run(env: Mapping[str, str]) -> dict[str, object]:
+    """The run a published rendezvous belongs to: the job's (leader's) id and restart count."""
+    job_id = env.get("SLURM_JOB_ID_HET_GROUP_0") or env.get("SLURM_JOB_ID") or ""
+    return {"job_id": job_id, "restart_count": first_int(env, ("SLURM_RESTART_COUNT",), 0)}
+
+
+def wait_for_rendezvous(
+    path: Path, run: Mapping[str, object], rank: int, timeout_s: float
+) -> tuple[str, int]:
+    """The address and port rank 0 published for this run (`run`), waited for up to
+    `timeout_s`; a file of an earlier run (or another job) is not this run's.
+
+    Raises:
+        WrapperConfigError: nothing for this run within the timeout.
+    """
+    deadline = time.monotonic() + timeout_s
+    while True:
+        found = _read_rendezvous(path)
+        if found is not None and all(found.get(k) == v for k, v in run.items()):
+            addr, port = found.get("addr"), found.get("port")
+            if isinstance(addr, str) and addr and isinstance(port, int) and 0 < port < 65536:
+                return addr, port
+        if time.monotonic() >= deadline:
+            raise WrapperConfigError(
+                f"rank {rank}: rank 0 published no rendezvous for this run in {path} within "
+                f"{timeout_s:g} s (is the state folder shared by the job's nodes?)"
+            )
+        time.sleep(_POLL_S)
+
+
+def _read_rendezvous(path: Path) -> dict[str, object] | None:
+    try:
+        with path.open("rb") as handle:
+            data = json.loads(handle.read(_RENDEZVOUS_MAX_BYTES + 1)[:_RENDEZVOUS_MAX_BYTES])
+    except (OSError, ValueError):
+        return None  # not there yet, or half a file: look again
+    return data if isinstance(data, dict) else None

@@ -99,12 +99,23 @@ def _one_job(backend: CliSlurmBackend, ctl: LiveController, key: str) -> list[Sl
         raise
 
 
-def _trained_to(state_dir: Path, step: int) -> None:
+def _logs(folder: Path) -> str:
+    """Every job's log in the folder, in job id order (slurm-9.out before slurm-10.out)."""
+    files = sorted(folder.glob("slurm-*.out"), key=lambda p: int(p.stem.split("-")[1]))
+    return "".join(p.read_text() for p in files)
+
+
+def _trained_to(state_dir: Path, step: int, logs: Path) -> None:
     def probe() -> bool:
         path = state_dir / "progress.json"
         return path.exists() and int(json.loads(path.read_text()).get("step") or 0) >= step
 
-    wait_for(probe, f"training past step {step}", 180, every_s=0.3)
+    try:
+        wait_for(probe, f"training past step {step}", 180, every_s=0.3)
+    except BaseException:
+        for log in sorted(logs.glob("slurm-*.out")):
+            print(f"--- {log.name}", log.read_text()[-6000:], sep="\n")
+        raise
 
 
 def _step_now(state_dir: Path) -> int:
@@ -159,7 +170,7 @@ def test_hadar_moves_a_three_rank_job_between_mixed_and_plain_placements(
         ], parts
         first = parts[0].job_id
         assert parts[0].admin_comment.endswith(f" was={key}"), parts[0].admin_comment
-        _trained_to(state_dir, 10)
+        _trained_to(state_dir, 10, submit.folder)
 
         # 2. The other job leaves and n1 is drained: 3 x k80 on n3, a plain job. The
         # controller dies between the re-submission and the cancel of the old job.
@@ -180,7 +191,7 @@ def test_hadar_moves_a_three_rank_job_between_mixed_and_plain_placements(
             ctl.once()
             assert _actions(ctl) == before
             assert [r.job_id for r in _components(backend, key)] == [plain.job_id]
-            _trained_to(state_dir, _step_now(state_dir) + 5)
+            _trained_to(state_dir, _step_now(state_dir) + 5, submit.folder)
         finally:
             _resume(backend, ["n1"])
 
@@ -210,7 +221,7 @@ def test_hadar_moves_a_three_rank_job_between_mixed_and_plain_placements(
             every_s=1.0,
         )
 
-    logs = "".join(p.read_text() for p in sorted(submit.folder.glob("slurm-*.out")))
+    logs = _logs(submit.folder)
     assert backend.job(last).state.value == "COMPLETED", logs[-4000:]
     steps = [(int(s), int(r)) for s, r, _, _ in STEP.findall(logs)]
     assert [s for s, _ in steps] == list(range(1, DDP_STEPS + 1)), "every step exactly once"
@@ -313,7 +324,7 @@ def test_hadar_grows_an_elastic_job_from_two_ranks_to_three_keeping_the_global_b
             "n3",
             "gpu:k80:2",
         )
-        _trained_to(state_dir, 10)
+        _trained_to(state_dir, 10, submit.folder)
         backend.cancel(other)
         wait_for(lambda: backend.job(other).state.value == "CANCELLED", "the other job gone")
         ctl.once()
@@ -326,7 +337,7 @@ def test_hadar_grows_an_elastic_job_from_two_ranks_to_three_keeping_the_global_b
             300,
             every_s=1.0,
         )
-    logs = "".join(p.read_text() for p in sorted(submit.folder.glob("slurm-*.out")))
+    logs = _logs(submit.folder)
     assert backend.job(three.job_id).state.value == "COMPLETED", logs[-4000:]
     steps = [(int(s), int(r)) for s, r, _, _ in STEP.findall(logs)]
     assert [s for s, _ in steps] == list(range(1, DDP_STEPS + 1)), "every step exactly once"
