@@ -56,10 +56,16 @@ def _measurements(
     gpu_types: Sequence[str],
 ) -> dict[str, float]:
     """The job's measured steps/s per GPU type: what earlier rounds saw, updated with the
-    report of the run now going (training, not paused, on one known type)."""
+    report of the run now going (training, not paused, on one known type). A run across
+    several components (types or nodes: its rate is the gang's slowest, spread) or an elastic
+    job on more than its smallest gang (the rates rescale the row at that count) measures no
+    one type's figure at the job's count, so it updates nothing."""
     out = {t: v for t, v in before.items() if t in gpu_types}
+    at_its_count = job.spec.gpus_max is None or job.num_gpus == job.spec.gpus
     if (
         progress is not None
+        and len(job.components) == 1
+        and at_its_count
         and job.running
         and progress.status == "running"
         and progress.restart_count in (None, job.leader.restart_count)

@@ -152,10 +152,11 @@ def test_hadar_moves_a_three_rank_job_between_mixed_and_plain_placements(
         comment=f"hetsched:class=ddp;steps={DDP_STEPS};gpus=3",
     )
     environment = job_environment(state_root, HETSCHED_CHECKPOINT_EVERY_S="0")
+    errors = str(submit.folder / "errors-%j.txt")
     key = submit(
         script,
         JobOptions(gpus=GpuRequest(3), export=environment, export_all=False,
-                   chdir=str(submit.folder)),
+                   chdir=str(submit.folder), error=errors, extra=(("time", "30"),)),
     )  # fmt: skip
     state_dir = state_folder(state_root, os.geteuid(), key)
 
@@ -170,6 +171,9 @@ def test_hadar_moves_a_three_rank_job_between_mixed_and_plain_placements(
         ], parts
         first = parts[0].job_id
         assert parts[0].admin_comment.endswith(f" was={key}"), parts[0].admin_comment
+        # The whole job came along: its error file and the rest of its 30 minutes (it had not
+        # run yet, so all of them), on every component.
+        assert {(p.standard_error, p.time_limit_min) for p in parts} == {(errors, 30)}, parts
         _trained_to(state_dir, 10, submit.folder)
 
         # 2. The other job leaves and n1 is drained: 3 x k80 on n3, a plain job. The
@@ -184,6 +188,9 @@ def test_hadar_moves_a_three_rank_job_between_mixed_and_plain_placements(
             (plain,) = _one_job(backend, ctl, key)
             submit.job_ids.append(plain.job_id)
             assert plain.het_job_id is None and plain.nodes == "n3"
+            # Its limit is what the mixed run left of the 30 minutes: at least a minute less.
+            assert plain.standard_error == errors
+            assert plain.time_limit_min is not None and 20 <= plain.time_limit_min <= 29
             assert plain.gres_detail[0].startswith("gpu:k80:3"), plain.gres_detail
             assert backend.job(first).state.value == "CANCELLED"
             # A round that keeps the placement touches nothing.

@@ -118,3 +118,25 @@ def test_the_need_is_the_larger_of_the_spec_and_the_measured_peak(
 def test_without_a_report_the_spec_alone_counts() -> None:
     job = with_spec(f"hetsched:class={RESNET};mem=14")
     assert snapshot_job(job, None, None, {}, ("v100",), NOW).mem_gib == 14.0
+
+
+def _measured(job: ManagedJob) -> dict[str, float]:
+    progress = Progress(step=10, steps_per_s=5.0, gpu_type="v100", restart_count=0)
+    return dict(snapshot_job(job, progress, None, {}, ("k80", "v100"), NOW).measured_steps_per_s)
+
+
+def test_only_a_run_on_one_type_at_the_jobs_own_count_is_a_measurement() -> None:
+    """A heterogeneous run reports the gang's rate (its slowest type, spread) under rank 0's
+    type; an elastic job grown past its smallest gang runs at another count than the row the
+    measurement rescales. Neither is one type's figure at the job's count."""
+    comment = f"hetsched:class={RESNET};steps=100"
+    plain = with_spec(comment)
+    plain = dataclasses.replace(plain, components=(running("7", "n1", "v100", gpus=1),))
+    assert _measured(plain) == {"v100": 5.0}
+    parts = (running("7", "n1", "v100", gpus=1), running("8", "n3", "k80", gpus=1))
+    assert _measured(dataclasses.replace(plain, components=parts, num_gpus=2)) == {}
+    elastic = with_spec(comment + ";gpus=1-2")
+    on_one = dataclasses.replace(elastic, components=plain.components, num_gpus=1)
+    assert _measured(on_one) == {"v100": 5.0}
+    grown = (running("7", "n1", "v100", gpus=2),)
+    assert _measured(dataclasses.replace(elastic, components=grown, num_gpus=2)) == {}
