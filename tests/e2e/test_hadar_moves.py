@@ -122,6 +122,40 @@ def _step_now(state_dir: Path) -> int:
     return int(json.loads((state_dir / "progress.json").read_text()).get("step") or 0)
 
 
+def _hadar(tmp_path: Path, slurm_conf: str, state_root: Path, **options: float) -> LiveController:
+    """The real controller running hadar on the test's table, rounds by hand (`once`)."""
+    table = tmp_path / "throughputs.json"
+    table.write_text(json.dumps(TABLE))
+    return controller_for(
+        tmp_path,
+        slurm_conf,
+        state_root,
+        policy="hadar",
+        round_s=4.0,
+        throughputs=table,
+        resubmit_environment={"HETSCHED_PYTHON": sys.executable, "SLURM_CONF": slurm_conf},
+        policy_options=options or None,
+    )
+
+
+def _other_job_on_k80s(submit: Submitter, count: int) -> str:
+    """Another user's kind of job, not managed, holding `count` of n3's K80s until cancelled."""
+    other = submit(
+        "#!/bin/bash\nexec sleep 900\n",
+        JobOptions(gpus=GpuRequest(count, "k80"), nodelist="n3", job_name="other"),
+    )
+    submit.wait_state(other, "RUNNING")
+    return other
+
+
+def _ddp_script(spec: str) -> str:
+    return render_template(
+        ["--steps", str(DDP_STEPS), "--step-time-s", "0.15"],
+        script=TRAIN_DDP,
+        comment=f"hetsched:{spec};steps={DDP_STEPS}",
+    )
+
+
 def test_hadar_moves_a_three_rank_job_between_mixed_and_plain_placements(
     submit: Submitter,
     backend: CliSlurmBackend,
@@ -130,27 +164,9 @@ def test_hadar_moves_a_three_rank_job_between_mixed_and_plain_placements(
     tmp_path: Path,
     three_rank_digest: str,
 ) -> None:
-    table = tmp_path / "throughputs.json"
-    table.write_text(json.dumps(TABLE))
-    ctl: LiveController = controller_for(
-        tmp_path,
-        slurm_conf,
-        state_root,
-        policy="hadar",
-        round_s=4.0,
-        throughputs=table,
-        resubmit_environment={"HETSCHED_PYTHON": sys.executable, "SLURM_CONF": slurm_conf},
-    )
-    other = submit(
-        "#!/bin/bash\nexec sleep 900\n",
-        JobOptions(gpus=GpuRequest(3, "k80"), nodelist="n3", job_name="other"),
-    )
-    submit.wait_state(other, "RUNNING")
-    script = render_template(
-        ["--steps", str(DDP_STEPS), "--step-time-s", "0.15"],
-        script=TRAIN_DDP,
-        comment=f"hetsched:class=ddp;steps={DDP_STEPS};gpus=3",
-    )
+    ctl = _hadar(tmp_path, slurm_conf, state_root)
+    other = _other_job_on_k80s(submit, 3)
+    script = _ddp_script("class=ddp;gpus=3")
     environment = job_environment(state_root, HETSCHED_CHECKPOINT_EVERY_S="0")
     errors = str(submit.folder / "errors-%j.txt")
     key = submit(
@@ -294,28 +310,9 @@ def test_hadar_grows_an_elastic_job_from_two_ranks_to_three_keeping_the_global_b
     when that job ends hadar's next round grows it to 3: re-submitted with one task per GPU,
     it resumes on 3 ranks with the same global batch, every step once, and ends with a
     held-out loss within 2% of an uninterrupted 3-rank run."""
-    table = tmp_path / "throughputs.json"
-    table.write_text(json.dumps(TABLE))
-    ctl = controller_for(
-        tmp_path,
-        slurm_conf,
-        state_root,
-        policy="hadar",
-        round_s=4.0,
-        throughputs=table,
-        resubmit_environment={"HETSCHED_PYTHON": sys.executable, "SLURM_CONF": slurm_conf},
-        policy_options={"restart_s": 1.0, "critical": 0.0},
-    )
-    other = submit(
-        "#!/bin/bash\nexec sleep 900\n",
-        JobOptions(gpus=GpuRequest(2, "k80"), nodelist="n3", job_name="other"),
-    )
-    submit.wait_state(other, "RUNNING")
-    script = render_template(
-        ["--steps", str(DDP_STEPS), "--step-time-s", "0.15"],
-        script=TRAIN_DDP,
-        comment=f"hetsched:class=ddp-elastic;steps={DDP_STEPS};gpus=2-3;utility=linear;target=1h",
-    )
+    ctl = _hadar(tmp_path, slurm_conf, state_root, restart_s=1.0, critical=0.0)
+    other = _other_job_on_k80s(submit, 2)
+    script = _ddp_script("class=ddp-elastic;gpus=2-3;utility=linear;target=1h")
     environment = job_environment(state_root, HETSCHED_CHECKPOINT_EVERY_S="0")
     key = submit(
         script,
