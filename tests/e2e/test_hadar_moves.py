@@ -105,6 +105,16 @@ def _logs(folder: Path) -> str:
     return "".join(p.read_text() for p in files)
 
 
+def _why_not(backend: CliSlurmBackend, job_id: str, logs: str) -> str:
+    """What Slurm says of a job that did not complete (state, reason, exit codes), the end of
+    the logs without the step lines, and the last step line."""
+    shown = backend.cli.run(["scontrol", "show", "job", job_id])
+    lines = logs.splitlines()
+    steps = [line for line in lines if line.startswith("step=")]
+    rest = [line for line in lines if not line.startswith("step=")]
+    return "\n".join([shown, *rest[-60:], *steps[-1:]])
+
+
 def _trained_to(state_dir: Path, step: int, logs: Path) -> None:
     def probe() -> bool:
         path = state_dir / "progress.json"
@@ -245,7 +255,7 @@ def test_hadar_moves_a_three_rank_job_between_mixed_and_plain_placements(
         )
 
     logs = _logs(submit.folder)
-    assert backend.job(last).state.value == "COMPLETED", logs[-4000:]
+    assert backend.job(last).state.value == "COMPLETED", _why_not(backend, last, logs)
     steps = [(int(s), int(r)) for s, r, _, _ in STEP.findall(logs)]
     assert [s for s, _ in steps] == list(range(1, DDP_STEPS + 1)), "every step exactly once"
     assert {r for _, r in steps} == {3}, "three ranks throughout"
@@ -342,7 +352,9 @@ def test_hadar_grows_an_elastic_job_from_two_ranks_to_three_keeping_the_global_b
             every_s=1.0,
         )
     logs = _logs(submit.folder)
-    assert backend.job(three.job_id).state.value == "COMPLETED", logs[-4000:]
+    assert backend.job(three.job_id).state.value == "COMPLETED", _why_not(
+        backend, three.job_id, logs
+    )
     steps = [(int(s), int(r)) for s, r, _, _ in STEP.findall(logs)]
     assert [s for s, _ in steps] == list(range(1, DDP_STEPS + 1)), "every step exactly once"
     ranks = [r for _, r in steps]
