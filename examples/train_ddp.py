@@ -30,7 +30,7 @@ from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
 from slurm_hetsched.wrapper import JobEnvironment, ResumableSampler, TorchTrainer
-from slurm_hetsched.wrapper.distributed import init_distributed
+from slurm_hetsched.wrapper.distributed import init_distributed, leave_distributed
 
 FEATURES, HIDDEN, OUTPUTS = 16, 64, 4
 TRAIN_SAMPLES, HELDOUT_SAMPLES = 3072, 512
@@ -147,6 +147,7 @@ def main(argv: list[str] | None = None) -> int:
             f"params_sha256={params_digest(model)}",
             flush=True,
         )
+    leave_distributed()  # every rank, before exit
     return 0
 
 

@@ -20,6 +20,7 @@ library only, but for `init_distributed`, which imports torch.
 
 from __future__ import annotations
 
+import atexit
 import dataclasses
 import json
 import os
@@ -115,6 +116,10 @@ def init_distributed(
     if chosen == "nccl":
         torch.cuda.set_device(where.local_rank % torch.cuda.device_count())
     timeout = datetime.timedelta(seconds=timeout_s)
+    # A process group left to the interpreter's teardown can abort the process at exit
+    # ("terminate called without an active exception": gloo's threads; pytorch/pytorch
+    # #190489), failing a job whose training had finished (seen on the dev cluster).
+    atexit.register(_destroy_at_exit)
     if where.master_port is not None:
         dist.init_process_group(
             backend=chosen,
@@ -144,6 +149,30 @@ def init_distributed(
         backend=chosen, store=store, rank=where.rank, world_size=where.world_size, timeout=timeout
     )
     return dataclasses.replace(where, master_addr=addr, master_port=port)
+
+
+def leave_distributed() -> None:
+    """Leave the job's process group at the end of training (every rank calls it): wait for
+    all ranks, then destroy the group while the interpreter is whole. Without a group, nothing
+    to do. `init_distributed` also destroys the group at exit, without the wait."""
+    import torch.distributed as dist
+
+    if not dist.is_initialized():
+        return
+    try:
+        dist.barrier()
+    finally:
+        dist.destroy_process_group()
+
+
+def _destroy_at_exit() -> None:
+    import torch.distributed as dist
+
+    try:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+    except Exception:  # at exit: the group may be half gone with a failed peer
+        pass
 
 
 def _this_run(env: Mapping[str, str]) -> dict[str, object]:
