@@ -127,7 +127,7 @@ class SlurmEnactor(CheckpointPhase):
         # becomes a plain job again; an elastic job (`gpus=N-M`) changing its count needs one
         # task per GPU. Each needs a new job: Slurm cannot add or drop components, or tasks
         # of a batch job.
-        elastic = job.spec.gpus_max is not None and target.num_gpus != job.num_gpus
+        elastic = bool(job.spec.elastic_gpus) and target.num_gpus != job.num_gpus
         if len(target.slices) > 1 or len(job.components) > 1 or elastic:
             return self._resubmit(round_, job, target, out)
         gpu_type = target.gpu_types[0]

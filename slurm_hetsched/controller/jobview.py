@@ -295,10 +295,10 @@ def _managed_job(
             )
         num_gpus += request.count
     smallest = num_gpus
-    if spec.gpus is not None and spec.gpus_max is not None:
+    if spec.elastic_gpus:
         # An elastic job: the controller re-submits it with the count each round chooses.
-        smallest = spec.gpus
-        if not spec.gpus <= num_gpus <= spec.gpus_max:
+        smallest = spec.elastic_gpus[0]
+        if num_gpus not in spec.elastic_gpus:
             raise JobSpecError(
                 f"gpus={spec.gpus}-{spec.gpus_max} in the spec but the job asks for {num_gpus} GPUs"
             )

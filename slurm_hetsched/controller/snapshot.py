@@ -61,7 +61,8 @@ def _measurements(
     job on more than its smallest gang (the rates rescale the row at that count) measures no
     one type's figure at the job's count, so it updates nothing."""
     out = {t: v for t, v in before.items() if t in gpu_types}
-    at_its_count = job.spec.gpus_max is None or job.num_gpus == job.spec.gpus
+    elastic = job.spec.elastic_gpus
+    at_its_count = not elastic or job.num_gpus == elastic[0]
     if (
         progress is not None
         and len(job.components) == 1
@@ -111,10 +112,8 @@ def snapshot_job(
         key=job.key,
         job_class=spec.job_class,
         # An elastic job is its smallest gang, allowed every count up to its largest.
-        num_gpus=spec.gpus if spec.gpus_max and spec.gpus else job.num_gpus,
-        allowed_gpus=(
-            tuple(range(spec.gpus, spec.gpus_max + 1)) if spec.gpus_max and spec.gpus else ()
-        ),
+        num_gpus=spec.elastic_gpus[0] if spec.elastic_gpus else job.num_gpus,
+        allowed_gpus=spec.elastic_gpus,
         steps_remaining=remaining,
         total_steps=None if total is None else float(total),
         weight=spec.weight,

@@ -118,6 +118,13 @@ class JobSpec:
     mem_gib: float | None = None
     utility: Utility = field(default_factory=lambda: default_utility(None, 0.0))
 
+    @property
+    def elastic_gpus(self) -> tuple[int, ...]:
+        """Every GPU count an elastic job (`gpus=N-M`) may run with, N to M; () otherwise."""
+        if self.gpus is None or self.gpus_max is None:
+            return ()
+        return tuple(range(self.gpus, self.gpus_max + 1))
+
 
 def is_managed(comment: str | None) -> bool:
     """Whether a comment claims to carry a spec (valid or not)."""
