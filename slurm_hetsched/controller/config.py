@@ -60,6 +60,9 @@ class ControllerConfig:
     key_release_s: float = 86_400.0
     log_level: str = "info"
     resubmit_environment: Mapping[str, str] = field(default_factory=dict)
+    # Forked copies (HadarE): a job's `fork=` (else fork_default), at most fork_max.
+    fork_default: int = 1
+    fork_max: int = 8
     # [slurm]
     slurm_conf: str | None = None
     bin_dir: str | None = None

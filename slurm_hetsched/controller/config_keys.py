@@ -14,7 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from slurm_hetsched.core.jobspec import CLASS_MAX
+from slurm_hetsched.core.jobspec import CLASS_MAX, FORK_MAX
 from slurm_hetsched.core.mechanism import MOVES, QUEUES
 
 # (section, key) -> (field name, parser). A parser takes the raw value and the file's folder.
@@ -36,6 +36,12 @@ def _count(value: Any, base: Path) -> int:
     if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
         return value
     raise ValueError(f"expected a whole number >= 0, got {value!r}")
+
+
+def _fork(value: Any, base: Path) -> int:
+    if isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= FORK_MAX:
+        return value
+    raise ValueError(f"expected a whole number of copies, 1 to {FORK_MAX}, got {value!r}")
 
 
 def _port(value: Any, base: Path) -> int:
@@ -169,6 +175,8 @@ KEYS: dict[str, dict[str, tuple[str, _Parser]]] = {
         "key_release_s": ("key_release_s", _number(0, strict=False)),
         "log_level": ("log_level", _log_level),
         "resubmit_environment": ("resubmit_environment", _string_table),
+        "fork_default": ("fork_default", _fork),
+        "fork_max": ("fork_max", _fork),
     },
     "slurm": {
         "conf": ("slurm_conf", lambda v, base: str(_path(v, base))),

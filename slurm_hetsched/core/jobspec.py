@@ -38,6 +38,7 @@ KEYS = (
     "gpus",
     "key",
     "copy",
+    "fork",
     "mem",
     "utility",
     "umax",
@@ -55,6 +56,7 @@ GPUS_MAX = 1024
 ELASTIC_SIZES_MAX = 16
 CLASS_MAX = 128
 COPY_MAX = 1023
+FORK_MAX = 64  # copies of one forked job (`fork=`); a job never has more than nodes either
 JOB_KEY_MAX = 64
 MEM_GIB_MAX = 4096.0  # GiB of memory one GPU of a job needs; above every GPU made so far
 # The utility's bounds, UMAX_MAX, TARGET_MAX_S and SHARP_MAX, are core/utility.py's (shared
@@ -99,6 +101,8 @@ class JobSpec:
             is the key).
         copy: the index of a forked copy (`copy=`, 0 to COPY_MAX, default 0); copies share
             one key, so a job's identity is (key, copy).
+        fork: the most copies the job may be forked into (`fork=`, 1 to FORK_MAX; HadarE,
+            docs/policies.md "Forked jobs"), or None: the site's default.
         mem_gib: GPU memory one GPU of the job needs, in GiB (`mem=`, above 0 up to
             MEM_GIB_MAX), or None; GPU types with less memory are ruled out for the job.
         utility: what finishing at a given time is worth (`utility=`, `umax=`, `target=`,
@@ -115,6 +119,7 @@ class JobSpec:
     gpus_max: int | None = None
     key: str | None = None
     copy: int = 0
+    fork: int | None = None
     mem_gib: float | None = None
     utility: Utility = field(default_factory=lambda: default_utility(None, 0.0))
 
@@ -199,6 +204,7 @@ def parse_job_spec(comment: str, *, local_tz: tzinfo, now_s: float) -> JobSpec:
         gpus_max=gpus_max,
         key=None if job_key is None else check_job_key(job_key),
         copy=_whole(values, "copy", 0, COPY_MAX) or 0,
+        fork=_whole(values, "fork", 1, FORK_MAX),
         mem_gib=_mem(values.get("mem")),
         utility=_utility(values, due_s, tardiness_weight),
     )

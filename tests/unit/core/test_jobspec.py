@@ -29,7 +29,7 @@ from slurm_hetsched.core.jobspec import (
 
 PARIS_WINTER = timezone(timedelta(hours=1))
 NOW_S = datetime(2026, 6, 1, tzinfo=UTC).timestamp()
-MESSAGE_MAX = 150  # admin comments: short, single-line
+MESSAGE_MAX = 160  # admin comments: short, single-line (the unknown-key one lists every key)
 
 
 def parse(comment: str, now_s: float = NOW_S) -> JobSpec:
