@@ -41,6 +41,16 @@ def state_folder(root: Path, uid: int, key: str) -> Path:
     return root / str(uid) / key
 
 
+# A forked job's copies share the key folder (docs/interfaces.md, "Forked copies"): copy k > 0
+# keeps its own files in `copy-<k>`, the consolidated checkpoints are in `merged`.
+MERGED_DIR = "merged"
+
+
+def copy_folder_name(copy: int) -> str:
+    """The folder of forked copy `copy` (> 0) inside its key folder."""
+    return f"copy-{copy}"
+
+
 def checkpoint_name(step: int) -> str:
     """The folder name of the checkpoint after `step` steps: `ckpt-<step>`."""
     return f"ckpt-{step}"

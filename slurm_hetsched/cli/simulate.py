@@ -11,6 +11,7 @@ from slurm_hetsched.cli.values import (
     parse_policy_options,
     positive_seconds,
 )
+from slurm_hetsched.core.fork_rounds import DEFAULT_ROUND_OVERHEAD_S, DEFAULT_STEP_EFFICIENCY
 from slurm_hetsched.errors import ConfigError
 from slurm_hetsched.sim.faithful.choices import CHOICES, FaithfulChoices
 
@@ -151,6 +152,30 @@ def add_simulate(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
         help="give a class in no table no stints on the types it could use: it is learned "
         "only where it happens to run",
     )
+    p.add_argument(
+        "--fork",
+        type=int,
+        default=1,
+        metavar="N",
+        help="HadarE: every job runs as up to N copies, one per node able to run it, averaged "
+        "every round (default: 1, no forking; docs/simulation.md, HadarE)",
+    )
+    p.add_argument(
+        "--fork-overhead",
+        type=float,
+        default=DEFAULT_ROUND_OVERHEAD_S,
+        metavar="S",
+        help="with --fork: seconds per copy and averaged round without training "
+        "(default: %(default)s)",
+    )
+    p.add_argument(
+        "--fork-efficiency",
+        type=float,
+        default=DEFAULT_STEP_EFFICIENCY,
+        metavar="X",
+        help="with --fork: what a step of an averaged round counts, 0 < X <= 1 "
+        "(default: %(default)s)",
+    )
     p.add_argument("--seed", type=int, default=0, help="seed of random policies (default: 0)")
     p.add_argument("--throughputs", type=Path, metavar="FILE", help="throughput table file")
     p.add_argument(
@@ -168,6 +193,7 @@ def add_simulate(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
 
 def simulate_command(args: argparse.Namespace) -> int:
     from slurm_hetsched.core.explore import ExploreSettings
+    from slurm_hetsched.core.fork_rounds import ForkSettings
     from slurm_hetsched.core.mechanism import RoundOptions
     from slurm_hetsched.sim.command import SimulateRequest, run_simulate
     from slurm_hetsched.sim.restart_costs import MAX_RESTART_S, is_restart_s, read_restart_costs
@@ -224,6 +250,7 @@ def simulate_command(args: argparse.Namespace) -> int:
         faithful_solver=args.faithful_solver if args.gavel_faithful else None,
         faithful_choices=FaithfulChoices.except_for(args.faithful_except),
         unprofiled=tuple(t.strip() for t in args.unprofiled.split(",") if t.strip()),
+        fork=ForkSettings(args.fork, args.fork_overhead, args.fork_efficiency),
     )
     run_simulate(request)
     return 0

@@ -12,6 +12,7 @@ from slurm_hetsched.controller.admin_comment import describe_share, describe_tar
 from slurm_hetsched.controller.config import ConfigError, ControllerConfig
 from slurm_hetsched.controller.dry_run import DryRunController
 from slurm_hetsched.controller.enact import EnactSettings
+from slurm_hetsched.controller.fork_tracker import ForkSettings
 from slurm_hetsched.controller.observer import ObserveSettings, SlurmObserver
 from slurm_hetsched.controller.restart_cost import RestartEstimate, describe_estimate
 from slurm_hetsched.controller.restarts import RestartTracker
@@ -66,6 +67,9 @@ def service_settings(config: ControllerConfig) -> ServiceSettings:
         ),
         cli=_cli(config),
         restarts=config.restart_settings(),
+        forks=ForkSettings(
+            round_s=config.round_s, fork_default=config.fork_default, fork_max=config.fork_max
+        ),
     )
 
 

@@ -30,6 +30,7 @@ import logging
 import pwd
 from collections.abc import Callable
 from functools import partial
+from typing import Any
 
 from slurm_hetsched.controller.enact_checkpoint import CheckpointPhase, ack_outcome, acked_step
 from slurm_hetsched.controller.enact_steps import (
@@ -65,7 +66,12 @@ logger = logging.getLogger(__name__)
 
 
 class SlurmEnactor(CheckpointPhase):
-    """Carries out round plans on Slurm, journaling every action before it is taken."""
+    """Carries out round plans on Slurm, journaling every action before it is taken.
+
+    `fork_sections`, set by the job tracker of forked jobs (controller/fork_tracker.py), gives
+    a copy's `fork` work for its placement.json."""
+
+    fork_sections: Callable[[ManagedJob], dict[str, Any] | None] | None = None
 
     def enact(self, view: SlurmView, plan: RoundPlan) -> tuple[EnactReport, EnactOutcome]:
         work = classify(view, plan)
@@ -246,6 +252,10 @@ class SlurmEnactor(CheckpointPhase):
                 {"node": s.node, "gpu_type": s.gpu_type, "count": s.count} for s in target.slices
             ],
         }
+        if self.fork_sections is not None:
+            fork = self.fork_sections(job)
+            if fork is not None:
+                payload["fork"] = fork
         write_placement(self._folder(job), payload)
 
     def _resubmit_environment(self, job: ManagedJob) -> dict[str, str]:

@@ -195,4 +195,6 @@ class JournaledSteps:
         uid = job.leader.user_id
         if uid is None:
             raise StateFolderError(f"job {job.slurm_id}: Slurm reports no user id")
-        return JobFolder(self.settings.state_root, uid, job.job_key, job.leader.group_id)
+        return JobFolder(
+            self.settings.state_root, uid, job.job_key, job.leader.group_id, copy=job.copy
+        )

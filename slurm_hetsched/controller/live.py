@@ -10,12 +10,14 @@ unchanged.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict
 from typing import Any, Protocol
 
 from slurm_hetsched.controller.enact import Journal, SlurmEnactor
+from slurm_hetsched.controller.fork_tracker import ForkTracker
 from slurm_hetsched.controller.jobview import SetAside, SlurmView
 from slurm_hetsched.controller.observer import (
     ObserveSettings,
@@ -61,6 +63,7 @@ class SlurmCluster:
         *,
         registry: Registry | None = None,
         restarts: RestartTracker | None = None,
+        forks: ForkTracker | None = None,
         clock: Callable[[], float] = SYSTEM_CLOCK.now,
     ) -> None:
         self.slurm = slurm
@@ -72,6 +75,9 @@ class SlurmCluster:
         self.observer = SlurmObserver(
             slurm, table, settings, registry=registry, restarts=restarts, clock=clock
         )
+        self.forks = forks
+        if forks is not None:
+            enactor.fork_sections = forks.section
         self.last = LastRound()
         self._unprofiled: tuple[str, ...] = ()
 
@@ -112,7 +118,16 @@ class SlurmCluster:
         view = observed.view
         for key, why in sorted(plan.held.items()):
             logger.info("round %d: job %s kept on its GPUs: %s", plan.round, key, why)
-        report, outcome = self.enactor.enact(view, plan)
+        # Forked jobs (HadarE): the round that ends is merged and the next one planned before
+        # the copies are placed; copies of finished jobs are left to the tracker.
+        left = self.forks.before_enact(view, plan) if self.forks is not None else set()
+        enacted = view
+        if left:
+            managed = {k: j for k, j in view.managed.items() if k not in left}
+            enacted = dataclasses.replace(view, managed=managed)
+        report, outcome = self.enactor.enact(enacted, plan)
+        if self.forks is not None:
+            self.forks.after_enact(view, plan, outcome)
         self.last = LastRound(outcome=outcome)
         if self.restarts is not None:
             try:

@@ -189,7 +189,7 @@ class SlurmObserver:
     def _progress(self, job: ManagedJob, now_s: float) -> Progress | None:
         if job.leader.user_id is None:
             return None
-        folder = JobFolder(self.settings.state_root, job.leader.user_id, job.job_key)
+        folder = JobFolder(self.settings.state_root, job.leader.user_id, job.job_key, copy=job.copy)
         payload = read_progress(
             folder,
             job_ids={job.slurm_id, job.job_key},

@@ -23,6 +23,7 @@ from typing import Any
 from filelock import FileLock, Timeout
 
 from slurm_hetsched.controller.enact import EnactOutcome, EnactSettings, SlurmEnactor
+from slurm_hetsched.controller.fork_tracker import ForkSettings, ForkTracker
 from slurm_hetsched.controller.live import SlurmCluster
 from slurm_hetsched.controller.observer import (
     ObserveSettings,
@@ -65,6 +66,7 @@ class ServiceSettings:
     observe: ObserveSettings
     cli: SlurmCli
     restarts: RestartSettings = field(default_factory=RestartSettings)
+    forks: ForkSettings | None = None
 
 
 @dataclass(slots=True)
@@ -210,17 +212,20 @@ class Controller(RoundService):
         super().__init__(settings, get_policy(settings.policy, settings.policy_options), clock)
         self.slurm = slurm or CliSlurmBackend(settings.cli)
         self.store = SqliteStore(settings.store_path, clock=clock.now)
+        enactor = SlurmEnactor(
+            self.slurm, self.store, settings.enact, clock=clock.now, sleep=sleeper(clock)
+        )
+        forks = settings.forks or ForkSettings(round_s=settings.tick.round_s)
         self.cluster = SlurmCluster(
             self.slurm,
-            SlurmEnactor(
-                self.slurm, self.store, settings.enact, clock=clock.now, sleep=sleeper(clock)
-            ),
+            enactor,
             self.store,
             self.store.load,
             settings.site.table,
             settings.observe,
             registry=self.store,
             restarts=RestartTracker(self.store, settings.restarts),
+            forks=ForkTracker(enactor, self.store, settings.site.table, forks),
             clock=clock.now,
         )
         self.tick = Tick(self.policy, settings.site, self.cluster, self.store, settings.tick)

@@ -39,6 +39,7 @@ from slurm_hetsched.statefolder import (
     PROGRESS_FILE,
     REQUEST_FILE,
     RESUME_FILE,
+    copy_folder_name,
     state_folder,
 )
 
@@ -102,6 +103,7 @@ class JobFolder:
         uid: the job's user; every level below the root must belong to them.
         key: the job key (validated: a safe file name).
         gid: the job's group, given to folders and files the controller creates.
+        copy: a forked copy's index; copy k > 0 keeps its files in `<key>/copy-<k>`.
 
     Raises:
         StateFolderError: the key is not a safe file name.
@@ -111,6 +113,7 @@ class JobFolder:
     uid: int
     key: str
     gid: int | None = None
+    copy: int = 0
 
     def __post_init__(self) -> None:
         try:
@@ -121,7 +124,8 @@ class JobFolder:
     @property
     def path(self) -> Path:
         """For messages only: every access goes through `_opened`."""
-        return state_folder(self.state_root, self.uid, self.key)
+        folder = state_folder(self.state_root, self.uid, self.key)
+        return folder / copy_folder_name(self.copy) if self.copy else folder
 
     def read_json(self, name: str) -> dict[str, Any] | None:
         """The JSON object in file `name` if the folder and the file are safe and the user's,
@@ -167,7 +171,8 @@ class JobFolder:
             fd: int | None = root
             # Only root can make entries in the root, so a root-owned <uid> there is root's
             # doing (the SPANK prolog of another job of the user, the admin): handed over.
-            for name, adopt in ((str(self.uid), create), (self.key, False)):
+            levels = [(str(self.uid), create), (self.key, False)]
+            for name, adopt in levels + [(copy_folder_name(self.copy), False)] * bool(self.copy):
                 assert fd is not None
                 fd = _open_owned_dir(fd, name, self.uid, self.gid, create=create, adopt=adopt)
                 if fd is None:

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from slurm_hetsched import data_files
+from slurm_hetsched.core.fork_rounds import ForkSettings
 from slurm_hetsched.core.policies import POLICIES, get_policy
 from slurm_hetsched.core.policies.base import Policy
 from slurm_hetsched.core.problem import SiteData
@@ -25,6 +26,7 @@ from slurm_hetsched.sim.faithful.catalog import faithful_form
 from slurm_hetsched.sim.faithful.choices import GAVEL, FaithfulChoices
 from slurm_hetsched.sim.faithful.forms import Form
 from slurm_hetsched.sim.faithful.loop import faithful_result
+from slurm_hetsched.sim.hadare import simulate_forked
 from slurm_hetsched.sim.layout import DEFAULT_GPUS_PER_SERVER, cluster_nodes, gpu_counts
 from slurm_hetsched.sim.results import SimResult
 from slurm_hetsched.sim.run import SimSettings, simulate
@@ -71,6 +73,7 @@ class SimulateRequest:
     faithful_solver: str | None = None
     faithful_choices: FaithfulChoices = GAVEL
     unprofiled: tuple[str, ...] = ()
+    fork: ForkSettings = field(default_factory=ForkSettings)
 
 
 def run_simulate(request: SimulateRequest, out: TextIO | None = None) -> list[SimResult]:
@@ -109,6 +112,9 @@ def run_simulate(request: SimulateRequest, out: TextIO | None = None) -> list[Si
         seen = _hidden_table(table, request.unprofiled)
         site = dataclasses.replace(site, table=with_estimates(seen, catalog))
         learned = truth
+    forks = request.fork.max_copies > 1
+    if forks and (forms or request.unprofiled):
+        raise ConfigError("--fork: not with --gavel-faithful or --unprofiled")
     if forms:
         results = _run_faithful(request, forms, trace, trace_name, gpu_counts(nodes), site, out)
     else:
@@ -116,6 +122,20 @@ def run_simulate(request: SimulateRequest, out: TextIO | None = None) -> list[Si
         for name in request.policies:
             policy = _policy(name, request.policy_options, request.settings.seed)
             with _progress(request.progress, name, len(trace)) as bar:
+                if forks:
+                    results.append(
+                        simulate_forked(
+                            trace,
+                            nodes,
+                            policy,
+                            site,
+                            request.settings,
+                            request.fork,
+                            trace_name=trace_name,
+                            progress=bar,
+                        ).result
+                    )
+                    continue
                 results.append(
                     simulate(
                         trace,
@@ -133,6 +153,8 @@ def run_simulate(request: SimulateRequest, out: TextIO | None = None) -> list[Si
     text = format_summary(results[0]) if len(results) == 1 else format_compare_table(results)
     if request.json_out != "-":
         print(text, file=out)
+        if forks:
+            print(f"forking: {request.fork.describe()}", file=out)
     if request.json_out is not None:
         _write_json(request.json_out, results, out)
     if request.plots_dir is not None:

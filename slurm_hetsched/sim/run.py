@@ -12,7 +12,7 @@ import math
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -145,13 +145,52 @@ def simulate(
             settings.explore,
         ),
     )
+    rounds = drive(tick, cluster, clock, settings.round_s, len(trace), progress)
+    outcome = Outcome(cluster.job_states(), cluster.intervals, rounds, len(tick.explored))
+    return sim_result(trace, nodes, policy.name, site, settings, outcome, trace_name, started)
+
+
+class DrivenCluster(Protocol):
+    """What `drive` needs of a simulated cluster besides the tick's `ClusterBackend`."""
+
+    @property
+    def done(self) -> bool: ...
+
+    @property
+    def active(self) -> int: ...
+
+    @property
+    def running(self) -> int: ...
+
+    finish_times: list[float]
+
+    def next_arrival_s(self) -> float | None: ...
+
+    def job_states(self) -> Mapping[str, Any]: ...
+
+
+def drive(
+    tick: Tick[Any],
+    cluster: DrivenCluster,
+    clock: SimClock,
+    round_s: float,
+    n_jobs: int,
+    progress: ProgressCallback | None = None,
+) -> int:
+    """Run rounds of `tick` until `cluster` is done, moving `clock` a round at a time (jumping
+    over idle gaps to the next arrival); the number of rounds run. Shared by `simulate` and
+    HadarE's forking simulation (sim/hadare.py), so both move time alike.
+
+    Raises:
+        SimulationError: the policy leaves jobs waiting forever on an idle cluster.
+    """
     run = _Run()
     while True:
         round_start = clock.now()
         tick.run_round()
         run.rounds += 1
         if progress is not None:
-            progress(len(cluster.finish_times), len(trace), round_start)
+            progress(len(cluster.finish_times), n_jobs, round_start)
         if cluster.done:
             break
         if cluster.active == 0:  # nothing to run until the next job arrives: jump there
@@ -164,15 +203,14 @@ def simulate(
                     s.trace.job_id for s in cluster.job_states().values() if s.end_s is None
                 )
                 raise SimulationError(
-                    f"policy {policy.name!r} leaves {len(waiting)} job(s) waiting on an idle "
+                    f"policy {tick.policy.name!r} leaves {len(waiting)} job(s) waiting on an idle "
                     f"cluster with no arrival to come (e.g. {waiting[:5]}); it would never "
                     "finish them"
                 )
         else:
             run.idle_rounds = 0
-        clock.sleep_until(round_start + settings.round_s)
-    outcome = Outcome(cluster.job_states(), cluster.intervals, run.rounds, len(tick.explored))
-    return sim_result(trace, nodes, policy.name, site, settings, outcome, trace_name, started)
+        clock.sleep_until(round_start + round_s)
+    return run.rounds
 
 
 @dataclass(frozen=True, slots=True)

@@ -8,7 +8,8 @@ hetsched cannot know what the newer tables mean.
 
 Version 1 was released twice: first without `job_keys` and `set_aside` (they were added later
 with CREATE IF NOT EXISTS and no version bump), so migration 2 creates them if missing.
-Version 3 adds the jobs' restart costs (`restart_samples`, `restart_moves`).
+Version 3 adds the jobs' restart costs (`restart_samples`, `restart_moves`); version 4 the
+job tracker's forked jobs (`forks`).
 """
 
 from __future__ import annotations
@@ -100,8 +101,21 @@ _V3 = (
 )""",
 )
 
+_V4 = (
+    # The job tracker's state of each forked job (HadarE; core/fork_plan.py ForkState).
+    """CREATE TABLE IF NOT EXISTS forks (
+    key    TEXT PRIMARY KEY,  -- the job key
+    state  TEXT NOT NULL      -- JSON of ForkState.to_json()
+)""",
+)
+
 # (version, statements that take a file of version - 1 to it), oldest first.
-MIGRATIONS: tuple[tuple[int, tuple[str, ...]], ...] = ((1, _V1), (2, _V2), (3, _V3))
+MIGRATIONS: tuple[tuple[int, tuple[str, ...]], ...] = (
+    (1, _V1),
+    (2, _V2),
+    (3, _V3),
+    (4, _V4),
+)
 SCHEMA_VERSION = MIGRATIONS[-1][0]
 
 

@@ -189,6 +189,24 @@ class SqliteStore:
         """Replace the moves whose restart is not measured yet (one transaction)."""
         self._replace_table("restart_moves", _MOVE_COLUMNS, rows)
 
+    # -- forked jobs ---------------------------------------------------------------------------
+
+    def forks(self) -> dict[str, dict[str, Any]]:
+        """Job key -> the job tracker's state of that forked job (core/fork_plan.py)."""
+        rows = self._db.execute("SELECT key, state FROM forks").fetchall()
+        return {key: json.loads(state) for key, state in rows}
+
+    def save_fork(self, key: str, state: Mapping[str, Any]) -> None:
+        with self._transaction():
+            self._db.execute(
+                "INSERT OR REPLACE INTO forks (key, state) VALUES (?, ?)",
+                (key, json.dumps(dict(state), sort_keys=True)),
+            )
+
+    def delete_fork(self, key: str) -> None:
+        with self._transaction():
+            self._db.execute("DELETE FROM forks WHERE key = ?", (key,))
+
     def _replace_table(
         self, table: str, columns: tuple[str, ...], rows: Iterable[Mapping[str, Any]]
     ) -> None:

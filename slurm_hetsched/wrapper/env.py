@@ -15,6 +15,9 @@ Variables (all optional):
     HETSCHED_STATE_DIR                         this job's state folder (the SPANK plugin sets it)
     HETSCHED_STATE_ROOT                        else <root>/<uid>/<job key>; else under
                                                DEFAULT_STATE_ROOT
+    HETSCHED_COPY                              a forked copy's index, 1 to 63 (HadarE); its
+                                               files go to <state folder>/copy-<i>/ (absent
+                                               or 0: the job itself, copy 0)
     HETSCHED_SIGNAL                            checkpoint signal, e.g. USR2 (default), or "none"
     HETSCHED_LEASE_TIMEOUT_S                   pause this long at most after an ack (600)
     HETSCHED_CHECKPOINT_EVERY_STEPS / _S       periodic checkpoints (off / 1800 s)
@@ -39,7 +42,7 @@ from pathlib import Path
 
 from slurm_hetsched.core.jobspec import JobSpecError, check_job_key
 from slurm_hetsched.errors import ConfigError
-from slurm_hetsched.statefolder import state_folder
+from slurm_hetsched.statefolder import copy_folder_name, state_folder
 
 DEFAULT_STATE_ROOT = Path("~/.hetsched/state")
 DEFAULT_SIGNAL = signal.SIGUSR2  # as submitit: NCCL's proxy thread used to catch SIGUSR1
@@ -48,6 +51,7 @@ DEFAULT_CHECKPOINT_EVERY_S = 1800.0
 DEFAULT_KEEP_CHECKPOINTS = 3
 DEFAULT_PROGRESS_EVERY_S = 5.0
 LOCAL_JOB_KEY = "local"
+COPY_MAX = 63  # a forked job's copies are numbered 0 (the job itself) to COPY_MAX
 _OFF = {"", "0", "no", "false", "off", "none"}
 _ON = {"1", "yes", "true", "on"}
 # HETSCHED_EMULATE_RATES: bounded, so a stray value cannot make the wrapper parse megabytes.
@@ -138,7 +142,8 @@ class JobEnvironment:
         rank, local_rank, world_size: the process's place in a distributed job.
         node: the Slurm node name (SLURMD_NODENAME), else this machine's hostname.
         num_gpus: GPUs of the job over all its nodes (0 if none are visible).
-        state_dir: this job's state folder (checkpoints, progress.json, ack.json, ...).
+        state_dir: this run's state folder (checkpoints, progress.json, ack.json, ...): the
+            job's key folder, or for a forked copy i >= 1 its folder `<key folder>/copy-<i>`.
         checkpoint_signal: the signal that asks for checkpoint-ack-pause; None = not handled.
         lease_timeout_s: how long a paused job waits for the requeue before it trains on.
         checkpoint_every_steps / checkpoint_every_s: periodic checkpoints; None = off.
@@ -150,6 +155,7 @@ class JobEnvironment:
         job_class: the throughput-table class used by the emulation; None = ask Slurm.
         test_checkpoint_stall_s: TEST HOOK; seconds each checkpoint write stalls before its
             commit, so a test can kill the job in the middle of a write. 0 in real use.
+        copy: the index of a forked copy (HETSCHED_COPY; 0: the job itself).
     """
 
     job_id: str | None
@@ -171,6 +177,12 @@ class JobEnvironment:
     emulate_rates: tuple[tuple[str, float], ...] | None = None
     job_class: str | None = None
     test_checkpoint_stall_s: float = 0.0
+    copy: int = 0
+
+    @property
+    def key_dir(self) -> Path:
+        """The job's key folder, shared by its forked copies (merged checkpoints live in it)."""
+        return self.state_dir if self.copy == 0 else self.state_dir.parent
 
     @property
     def in_slurm(self) -> bool:
@@ -203,6 +215,10 @@ class JobEnvironment:
                 "HETSCHED_EMULATE_RATES is set but HETSCHED_EMULATE_GPU_SPEED is not 1: set "
                 "both to emulate those speeds, or neither"
             )
+        copy = _int(env, "HETSCHED_COPY", 0)
+        if copy > COPY_MAX:
+            raise WrapperConfigError(f"HETSCHED_COPY={copy} is not a copy index (0 to {COPY_MAX})")
+        state_dir = _state_dir(env, job_key)
         return cls(
             job_id=job_id,
             job_key=job_key,
@@ -212,7 +228,7 @@ class JobEnvironment:
             world_size=max(1, first_int(env, WORLD_SIZE_VARIABLES, 1)),
             node=env.get("SLURMD_NODENAME") or os.uname().nodename,
             num_gpus=_num_gpus(env),
-            state_dir=_state_dir(env, job_key),
+            state_dir=state_dir / copy_folder_name(copy) if copy else state_dir,
             checkpoint_signal=parse_signal(env.get("HETSCHED_SIGNAL", "USR2")),
             lease_timeout_s=_float(env, "HETSCHED_LEASE_TIMEOUT_S", DEFAULT_LEASE_TIMEOUT_S),
             checkpoint_every_steps=_int(env, "HETSCHED_CHECKPOINT_EVERY_STEPS", 0) or None,
@@ -227,6 +243,7 @@ class JobEnvironment:
             emulate_rates=emulate_rates,
             job_class=env.get("HETSCHED_JOB_CLASS") or None,
             test_checkpoint_stall_s=_float(env, "HETSCHED_TEST_CHECKPOINT_STALL_S", 0.0),
+            copy=copy,
         )
 
 

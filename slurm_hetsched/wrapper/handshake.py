@@ -11,12 +11,15 @@ writes the files, and the ranks agree through the collective.
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Callable
 from pathlib import Path
 
 from slurm_hetsched.wrapper.collective import Collective
 from slurm_hetsched.wrapper.env import JobEnvironment
+from slurm_hetsched.wrapper.files import read_json
 from slurm_hetsched.wrapper.progress import (
+    RESUME_FILE,
     Ack,
     ProgressReporter,
     checkpoint_requested,
@@ -43,6 +46,8 @@ class Handshake:
 
     Attributes:
         acks: acks so far (every rank counts them; rank 0 writes them).
+        fork_round: the round of placement.json's `fork` a forked copy trains (copymode.py);
+            its acks name it. None for a job that is not a forked copy.
     """
 
     def __init__(
@@ -59,6 +64,9 @@ class Handshake:
         self.collective = collective
         self.flags = flags
         self.acks = 0
+        self.fork_round: int | None = None
+        # The resume request that last ended a pause: a later pause obeys only a newer one.
+        self._resumed_at: float | None = None
         self._clock = clock
         self._wall = wall
         self._sleep = sleep
@@ -85,6 +93,7 @@ class Handshake:
                 step=step,
                 checkpoint=checkpoint.name,
                 written_at=self._wall(),
+                fork_round=self.fork_round,
             )
             try:
                 write_ack(self.env.state_dir, ack)
@@ -118,6 +127,8 @@ class Handshake:
         # Requests are timed by the controller's clock, acks by this node's: allow some skew.
         # The controller removes an old request before every signal, so none can linger.
         acked_at = self._wall() - _CLOCK_SKEW_S
+        if self._resumed_at is not None:
+            acked_at = max(acked_at, math.nextafter(self._resumed_at, math.inf))
         while True:
             expired = self.is_rank_zero and self._clock() >= deadline
             resume = self.is_rank_zero and resume_requested(
@@ -129,13 +140,20 @@ class Handshake:
                 return False
             if again:
                 # A controller that restarted may signal again: its ack must be newer.
-                assert checkpoint is not None
+                if checkpoint is None:  # a forked copy whose round-end checkpoint failed
+                    logger.error("checkpoint signal while paused, but no checkpoint to ack")
+                    continue
                 self.acknowledge(step, checkpoint)
                 deadline = self._clock() + lease_timeout_s
                 logger.info("checkpoint signal while paused: acknowledged again")
                 continue
             if resume:
-                logger.info("the controller called the move off: training on at step %d", step)
+                logger.info(
+                    "resume request at step %d: training on (a called-off move, or a forked "
+                    "copy's next round)",
+                    step,
+                )
+                self._resumed_at = self._request_time()
                 break
             if expired:
                 logger.warning(
@@ -150,3 +168,14 @@ class Handshake:
             progress.reset_window()
             progress.update(step, force=True)
         return True
+
+    def _request_time(self) -> float | None:
+        """When the resume request just obeyed was written (every rank gets rank 0's), so
+        that a later pause does not take the same request again (a forked copy pauses after
+        every round, sooner than the clock skew allowance)."""
+        at = None
+        if self.is_rank_zero:
+            payload = read_json(self.env.state_dir / RESUME_FILE)
+            value = payload.get("requested_at") if payload else None
+            at = float(value) if isinstance(value, int | float) else None
+        return self.collective.all_gather(at)[0]  # type: ignore[no-any-return]

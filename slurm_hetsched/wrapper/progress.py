@@ -6,7 +6,8 @@ progress.json (rewritten atomically every few seconds by rank 0):
     status ("running", "paused", "done", "stopped"); and peak_mem_gib, the most GPU memory
     PyTorch allocated on this process's current device so far (GiB; null without CUDA).
 ack.json (atomic, after the checkpoint the signal asked for is committed):
-    job_id, restart_count, step, checkpoint (the folder name, e.g. "ckpt-120"), written_at.
+    job_id, restart_count, step, checkpoint (the folder name, e.g. "ckpt-120"), written_at;
+    a forked copy (HadarE) adds fork_round, the round of placement.json's `fork` it acks.
 The controller accepts an ack only if job_id and restart_count match and written_at is after
 its signal.
 checkpoint_request.json (written by the controller just before its checkpoint signal):
@@ -70,15 +71,19 @@ class Ack:
     step: int
     checkpoint: str
     written_at: float
+    fork_round: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        payload: dict[str, Any] = {
             "job_id": self.job_id,
             "restart_count": self.restart_count,
             "step": self.step,
             "checkpoint": self.checkpoint,
             "written_at": self.written_at,
         }
+        if self.fork_round is not None:
+            payload["fork_round"] = self.fork_round
+        return payload
 
 
 def write_ack(state_dir: Path, ack: Ack) -> None:
@@ -98,6 +103,7 @@ def read_ack(state_dir: Path) -> Ack | None:
             step=int(payload["step"]),
             checkpoint=str(payload["checkpoint"]),
             written_at=float(payload["written_at"]),
+            fork_round=None if payload.get("fork_round") is None else int(payload["fork_round"]),
         )
     except (KeyError, TypeError, ValueError):
         return None

@@ -16,7 +16,7 @@ OR-ed over ranks), wait at a barrier after each checkpoint, and load the same ch
 
 Errors of the wrapper's own machinery (a failed checkpoint write, progress, Slurm lookups) are
 logged and training goes on: a scheduler-side problem never kills training. The ack and the
-pause are handshake.py's; the session decides when they happen.
+pause are handshake.py's, a forked copy's rounds (HadarE) copymode.py's.
 """
 
 from __future__ import annotations
@@ -35,6 +35,7 @@ from slurm_hetsched.wrapper.checkpoint import (
     CheckpointWriter,
 )
 from slurm_hetsched.wrapper.collective import Collective, LocalCollective
+from slurm_hetsched.wrapper.copymode import CopyMode
 from slurm_hetsched.wrapper.emulation import StepStretch, build_step_stretch
 from slurm_hetsched.wrapper.env import JobEnvironment
 from slurm_hetsched.wrapper.files import ensure_state_dir
@@ -138,6 +139,7 @@ class JobSession:
         self._last_checkpoint_at = clock()
         self._step_started = clock()
         self._started = False
+        self.copy_mode = CopyMode(self)
 
     # ----------------------------------------------------------------- life cycle
     @property
@@ -176,7 +178,8 @@ class JobSession:
                 self.env.world_size,
             )
         if self.is_rank_zero:
-            ensure_state_dir(self.env.state_dir)
+            for folder in dict.fromkeys((self.env.key_dir, self.env.state_dir)):  # copy-<i>/
+                ensure_state_dir(folder)
             self.store.prune()  # temporary folders of a writer killed in the previous run
         self.collective.barrier()
         self.flags.install()
@@ -219,6 +222,11 @@ class JobSession:
         self._last_checkpoint_at = self._clock()
         self._step_started = self._clock()
         self._started = True
+        try:
+            self.copy_mode.begin()  # a forked copy takes up its round (copymode.py)
+        except Exception:
+            self.close("failed")
+            raise
         self._answer_early_request()
         return self
 
@@ -256,10 +264,8 @@ class JobSession:
     ) -> None:
         if exc_type is None:
             self.close()
-        elif isinstance(exc, Terminated):
-            self.close("stopped")
         else:
-            self.close("failed")
+            self.close("stopped" if isinstance(exc, Terminated) else "failed")
 
     # ----------------------------------------------------------------- the loop
     def step_done(self, steps: int = 1) -> None:
@@ -283,6 +289,9 @@ class JobSession:
         )
         if terminate:
             self._terminate("SIGTERM during training (the job is being requeued or cancelled)")
+        if self.copy_mode.round_done():
+            self.copy_mode.end_round()
+            return
         if self.finished:
             if requested:
                 logger.info("checkpoint signal at the last step: finishing instead of pausing")
@@ -328,6 +337,7 @@ class JobSession:
                         "restart_count": self.env.restart_count,
                         "job_key": self.env.job_key,
                         "gpu_type": self.gpu_type,
+                        **self.copy_mode.meta(),
                     },
                     rank_states=rank_states,
                 )
@@ -361,16 +371,20 @@ class JobSession:
 
     # ----------------------------------------------------------------- pause
     def _pause(self) -> None:
-        """Hold still after the ack until SIGTERM (requeue) or the lease timeout (handshake.py)."""
-        goes_on = self.handshake.pause(
-            self.step,
-            self.last_checkpoint,
-            lease_timeout_s=self.lease_timeout_s,
-            poll_s=self.poll_s,
-            progress=self._progress,
-        )
-        if not goes_on:
-            self._terminate("SIGTERM while paused (requeued, as the protocol expects)")
+        """Hold still after the ack until SIGTERM (requeue) or the lease ends (handshake.py); a
+        forked copy whose round is done pauses again until placement.json names a new one."""
+        while True:
+            goes_on = self.handshake.pause(
+                self.step,
+                self.last_checkpoint,
+                lease_timeout_s=self.lease_timeout_s,
+                poll_s=self.poll_s,
+                progress=self._progress,
+            )
+            if not goes_on:
+                self._terminate("SIGTERM while paused (requeued, as the protocol expects)")
+            if self.copy_mode.after_pause():
+                return
 
     def _terminate(self, reason: str) -> None:
         logger.warning("stopping at step %d: %s", self.step, reason)

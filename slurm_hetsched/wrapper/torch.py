@@ -16,6 +16,10 @@ docs/job-side.md). `for step in trainer.steps()` is the same without a DataLoade
 
 Distributed data parallel: if torch.distributed is initialised, only rank 0 writes, all ranks
 wait at a barrier after each checkpoint, and all ranks load the same checkpoint.
+
+A forked copy (HadarE, copymode.py) starts each round from the consolidated checkpoint with its
+data position advanced by the round's `data_offset` batches (wrapping over epochs), so the
+copies of a round read consecutive, different batches; `batches` restarts its loader there.
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ import torch.distributed as dist
 from slurm_hetsched.wrapper.checkpoint import CheckpointReader, CheckpointWriter
 from slurm_hetsched.wrapper.collective import Collective, LocalCollective
 from slurm_hetsched.wrapper.env import JobEnvironment
+from slurm_hetsched.wrapper.forkfiles import ForkRound
 from slurm_hetsched.wrapper.sampler import ResumableSampler
 from slurm_hetsched.wrapper.serialize import register_safe_type
 from slurm_hetsched.wrapper.session import JobSession
@@ -166,6 +171,8 @@ class TorchTrainer:
         self.extras: dict[str, Any] = extras if extras is not None else {}
         self.epoch = 0
         self._batch_in_epoch = 0
+        self._pending_offset = 0  # batches a fork round still has to skip (copymode.py)
+        self._generation = 0  # counts fork rounds started: the loader restarts at each
         self.session = JobSession(
             total_steps=total_steps,
             save=self._save,
@@ -175,6 +182,7 @@ class TorchTrainer:
             collective=collective or default_collective(),
             **session_options,
         )
+        self.session.copy_mode.on_round = self._on_fork_round
 
     @property
     def step(self) -> int:
@@ -215,6 +223,9 @@ class TorchTrainer:
         deterministic per epoch.
         """
         while not self.session.finished:
+            if self._pending_offset:
+                self._advance_data(loader, self._pending_offset)
+            generation = self._generation
             skip = self._start_epoch(loader)
             # Making an iterator draws a seed from the global RNG; keep that out of the
             # training's random stream so a resumed run draws exactly what the original did.
@@ -229,8 +240,24 @@ class TorchTrainer:
                 self.session.step_done()
                 if self.session.finished:
                     return
-            self.epoch += 1
-            self._batch_in_epoch = 0
+                if self._generation != generation:
+                    break  # a fork round started in the pause: its own data position
+            else:
+                self.epoch += 1
+                self._batch_in_epoch = 0
+
+    def _on_fork_round(self, fork: ForkRound) -> None:
+        """A fork round started (its checkpoint loaded): skip `data_offset` batches next."""
+        self._pending_offset = fork.data_offset
+        self._generation += 1
+
+    def _advance_data(self, loader: Iterable[Any], batches: int) -> None:
+        """Move the data position `batches` batches on, wrapping over epochs."""
+        per_epoch = _batches_per_epoch(loader)
+        position = self._batch_in_epoch + batches
+        self.epoch += position // per_epoch
+        self._batch_in_epoch = position % per_epoch
+        self._pending_offset = 0
 
     def _start_epoch(self, loader: Iterable[Any]) -> int:
         """Position the loader's sampler; returns how many batches to drop instead."""
@@ -260,6 +287,9 @@ class TorchTrainer:
 
     # ----------------------------------------------------------------- state
     def _save(self, writer: CheckpointWriter) -> None:
+        data = {"epoch": self.epoch, "batch_in_epoch": self._batch_in_epoch}
+        if self._pending_offset:  # a fork round checkpointed before its first batch
+            data["pending_batches"] = self._pending_offset
         state = {
             "format": STATE_FORMAT,
             "step": writer.step,
@@ -269,7 +299,7 @@ class TorchTrainer:
             "scaler": _state_of(self.scaler),
             "stateful": {name: obj.state_dict() for name, obj in self.stateful.items()},
             "extras": self.extras,
-            "data": {"epoch": self.epoch, "batch_in_epoch": self._batch_in_epoch},
+            "data": data,
             "rng": writer.rank_states,
             "world_size": self.session.collective.world_size,
         }
@@ -291,6 +321,7 @@ class TorchTrainer:
         self.extras.update(state["extras"])
         self.epoch = int(state["data"]["epoch"])
         self._batch_in_epoch = int(state["data"]["batch_in_epoch"])
+        self._pending_offset = int(state["data"].get("pending_batches", 0))
         rng = state["rng"]
         rank = self.session.collective.rank
         if rng:
@@ -315,6 +346,27 @@ def _load_into(obj: Any | None, state: Any, what: str) -> None:
     if state is None:
         raise ValueError(f"the checkpoint has no {what} state but the trainer was given one")
     obj.load_state_dict(state)
+
+
+def _batches_per_epoch(loader: Iterable[Any]) -> int:
+    """Batches in a whole epoch of `loader` (a ResumableSampler's, else len(loader))."""
+    sampler = _find_sampler(loader)
+    batch_size = getattr(loader, "batch_size", None)
+    count: int
+    if isinstance(sampler, ResumableSampler) and batch_size:
+        full, tail = divmod(sampler.per_replica, batch_size)
+        count = full if getattr(loader, "drop_last", False) else full + bool(tail)
+    else:
+        try:
+            count = len(loader)  # type: ignore[arg-type]
+        except TypeError:
+            raise ValueError(
+                "a fork round's data_offset needs a loader with a length: use a DataLoader "
+                "with a ResumableSampler"
+            ) from None
+    if count < 1:
+        raise ValueError("the loader has no batch in an epoch")
+    return count
 
 
 def _find_sampler(loader: Iterable[Any]) -> Any:

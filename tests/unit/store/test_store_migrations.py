@@ -41,9 +41,32 @@ def _tables(db: Path) -> set[str]:
         con.close()
 
 
-def test_the_current_schema_is_3_with_the_restart_costs() -> None:
-    assert SCHEMA_VERSION == 3
-    assert [version for version, _ in schema.MIGRATIONS] == [1, 2, 3], "ordered, one per version"
+def test_the_current_schema_is_4_with_the_forked_jobs() -> None:
+    assert SCHEMA_VERSION == 4
+    assert [version for version, _ in schema.MIGRATIONS] == [1, 2, 3, 4], "ordered, one per version"
+
+
+def test_a_store_of_schema_3_gets_the_forks_table_and_keeps_its_forks_apart(
+    tmp_path: Path,
+) -> None:
+    db = tmp_path / "rounds.sqlite"
+    con = sqlite3.connect(db)
+    for statement in (*schema._V1, *schema._V2, *schema._V3):
+        con.execute(statement)
+    con.execute("INSERT INTO meta (key, value) VALUES ('schema', '3')")
+    con.commit()
+    con.close()
+    store = SqliteStore(db)
+    try:
+        assert store.forks() == {}
+        store.save_fork("k1", {"key": "k1", "round": 2})
+        store.save_fork("k2", {"key": "k2", "round": 1})
+        store.save_fork("k1", {"key": "k1", "round": 3})
+        store.delete_fork("k2")
+        assert store.forks() == {"k1": {"key": "k1", "round": 3}}
+    finally:
+        store.close()
+    assert _version(db) == "4" and "forks" in _tables(db)
 
 
 def test_a_store_of_schema_2_gets_the_restart_cost_tables_and_keeps_its_journal(
@@ -69,7 +92,7 @@ def test_a_store_of_schema_2_gets_the_restart_cost_tables_and_keeps_its_journal(
         assert store.restart_samples() == {} and store.restart_moves() == []
     finally:
         store.close()
-    assert _version(db) == "3"
+    assert _version(db) == str(SCHEMA_VERSION)
 
 
 def test_a_store_of_the_last_release_migrates_with_its_rounds_journal_and_keys(
