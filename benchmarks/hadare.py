@@ -66,6 +66,7 @@ def run(one: Case) -> tuple[Case, Values]:
         "jct": result.avg_jct_s,
         "rounds": float(result.rounds),
         "averaged": float(stats.averaged_rounds),
+        "not_started": float(stats.not_started),
     }
 
 
@@ -221,6 +222,14 @@ def main(argv: list[str] | None = None) -> int:
     print("\nLeast makespan with perfect forking (LP bound), s: "
           + ", ".join(f"{m} {bound[m]:.0f}" for m in mixes))  # fmt: skip
     print_tables(got, mixes, slots, names, knobs)
+    print("\nForked copy-rounds: averaged rounds / copies placed but not started, all slots")
+    for n in ("hadare", "hadare_paper", "gavel_fork"):
+        cells = [
+            "{}/{}".format(*(sum(int(got[case(m, s, n, knobs)][k]) for s in slots)
+                             for k in ("averaged", "not_started")))
+            for m in mixes
+        ]  # fmt: skip
+        print(f"{n:<13} " + ", ".join(f"{m} {c}" for m, c in zip(mixes, cells, strict=True)))
     print_ratios(got, mixes, slots, MAIN, knobs, bound,
                  "Ratios, our hadar (paper: hadare/hadar util = 1.56 / 1.20 on AWS)")  # fmt: skip
     print_ratios(got, mixes, slots, ("gavel", "hadar_paper", "hadare_paper"), knobs, bound,

@@ -55,15 +55,17 @@ def format_admin_comment(
     reason: str,
     estimated: Collection[str] = (),
     replaced: str | None = None,
+    copy: int = 0,
 ) -> str:
     """The admin comment of one managed job this round (`estimated`: the types its steps/s
     are estimates on, marked '~' in its shares; `replaced`: the Slurm job this one replaced
-    when the job was re-submitted)."""
+    when the job was re-submitted; `copy`: a forked copy's index, shown as `copy=<k>`)."""
     prio = "-" if priority is None else f"{priority:.3g}"
     # The reason is cut, never the replaced job's id at the end.
     tail = f" was={replaced}" if replaced else ""
+    copy_of = f"copy={copy} " if copy else ""
     text = (
-        f"{PREFIX} r={round_} {describe_target(placement)} "
+        f"{PREFIX} r={round_} {copy_of}{describe_target(placement)} "
         f"share={describe_share(share, estimated)} "
         f"prio={prio} {reason}"
     )

@@ -68,7 +68,10 @@ def service_settings(config: ControllerConfig) -> ServiceSettings:
         cli=_cli(config),
         restarts=config.restart_settings(),
         forks=ForkSettings(
-            round_s=config.round_s, fork_default=config.fork_default, fork_max=config.fork_max
+            round_s=config.round_s,
+            fork_default=config.fork_default,
+            fork_max=config.fork_max,
+            merge_timeout_s=config.fork_merge_timeout_s,
         ),
     )
 

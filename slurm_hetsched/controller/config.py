@@ -63,6 +63,7 @@ class ControllerConfig:
     # Forked copies (HadarE): a job's `fork=` (else fork_default), at most fork_max.
     fork_default: int = 1
     fork_max: int = 8
+    fork_merge_timeout_s: float = 300.0
     # [slurm]
     slurm_conf: str | None = None
     bin_dir: str | None = None

@@ -177,6 +177,7 @@ KEYS: dict[str, dict[str, tuple[str, _Parser]]] = {
         "resubmit_environment": ("resubmit_environment", _string_table),
         "fork_default": ("fork_default", _fork),
         "fork_max": ("fork_max", _fork),
+        "fork_merge_timeout_s": ("fork_merge_timeout_s", _number(0, strict=True)),
     },
     "slurm": {
         "conf": ("slurm_conf", lambda v, base: str(_path(v, base))),

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -47,20 +47,45 @@ class RoundCollector:
         self._merge = merge
         self.merge_timeout_s = merge_timeout_s
 
-    def collect(self, round_: int, state: ForkState, copies: Mapping[int, ManagedJob]) -> ForkState:
-        """The steps each copy made in the tracker's round `state.round`, averaged."""
-        acked: dict[int, int | None] = {}
-        laggards: dict[int, ManagedJob] = {}
-        for copy, work in state.work.items():
-            job = copies.get(copy)
-            if job is None or job.slurm_id != work.job_id:
-                acked[copy] = None  # gone, or a new run: its round is lost
-                continue
-            acked[copy] = self._fork_ack(state, job)
-            if acked[copy] is None and job.leader.state is JobState.RUNNING:
-                laggards[copy] = job
-        if laggards:
-            acked |= self._stop(round_, state, laggards)
+    def collect_all(
+        self, round_: int, jobs: Sequence[tuple[ForkState, Mapping[int, ManagedJob]]]
+    ) -> dict[str, ForkState]:
+        """Collect the round that ends of every forked job in `jobs` (state, copies by
+        index): the copies still training are all asked to stop at once and waited for
+        together (one ack timeout for the whole round, as the enactor's moves), then each
+        job is averaged. Returns key -> the job's state after its merge (unchanged when
+        nothing was merged). One job's failure is logged and leaves its state as it was."""
+        acks: dict[str, dict[int, int | None]] = {}
+        laggards: dict[tuple[str, int], tuple[ForkState, ManagedJob]] = {}
+        for state, copies in jobs:
+            acks[state.key] = {}
+            for copy, work in state.work.items():
+                job = copies.get(copy)
+                if job is None or job.slurm_id != work.job_id:
+                    acks[state.key][copy] = None  # gone, or a new run: its round is lost
+                    continue
+                acks[state.key][copy] = self._fork_ack(state, job)
+                if acks[state.key][copy] is None and job.leader.state is JobState.RUNNING:
+                    laggards[(state.key, copy)] = (state, job)
+        for (key, copy), step in self._stop(round_, laggards).items():
+            acks[key][copy] = step
+        out: dict[str, ForkState] = {}
+        for state, copies in jobs:
+            try:
+                out[state.key] = self._merged(round_, state, copies, acks[state.key])
+            except Exception:
+                logger.exception("round %d: forked job %s: collecting failed", round_, state.key)
+                out[state.key] = state
+        return out
+
+    def _merged(
+        self,
+        round_: int,
+        state: ForkState,
+        copies: Mapping[int, ManagedJob],
+        acked: Mapping[int, int | None],
+    ) -> ForkState:
+        """The job's state after averaging what its copies made in its round."""
         done = {copy: steps_done(state.work[copy], step) for copy, step in acked.items()}
         made = sum(done.values())
         if made == 0:
@@ -138,34 +163,34 @@ class RoundCollector:
         return step
 
     def _stop(
-        self, round_: int, state: ForkState, laggards: Mapping[int, ManagedJob]
-    ) -> dict[int, int | None]:
-        """Ask copies that did not finish their budget to stop now; their acks' steps."""
+        self, round_: int, laggards: Mapping[tuple[str, int], tuple[ForkState, ManagedJob]]
+    ) -> dict[tuple[str, int], int | None]:
+        """Ask every copy that did not finish its budget to stop now (checkpoint request,
+        then the signal), then wait for all their acks at once; (key, copy) -> acked step."""
         enactor = self.enactor
         name = enactor.settings.checkpoint_signal
-        for job in laggards.values():
-            at = enactor.clock()
-            write_checkpoint_request(
-                self.enactor._folder(job),
-                job_id=job.slurm_id,
-                restart_count=job.leader.restart_count,
-                at=at,
-            )
+        for _, job in laggards.values():
             try:
+                write_checkpoint_request(
+                    enactor._folder(job),
+                    job_id=job.slurm_id,
+                    restart_count=job.leader.restart_count,
+                    at=enactor.clock(),
+                )
                 enactor.slurm.signal(job.slurm_id, name, target="batch")
             except Exception as exc:
                 logger.warning("round %d: copy %s: cannot signal it: %s", round_, job.key, exc)
-        steps: dict[int, int | None] = {copy: None for copy in laggards}
+        steps: dict[tuple[str, int], int | None] = dict.fromkeys(laggards)
         deadline = enactor.clock() + enactor.settings.ack_timeout_s
         waiting = dict(laggards)
         while waiting and enactor.clock() < deadline:
-            for copy, job in list(waiting.items()):
-                steps[copy] = self._fork_ack(state, job)
-                if steps[copy] is not None:
-                    del waiting[copy]
+            for which, (state, job) in list(waiting.items()):
+                steps[which] = self._fork_ack(state, job)
+                if steps[which] is not None:
+                    del waiting[which]
             if waiting:
                 enactor.sleep(enactor.settings.poll_s)
-        for job in waiting.values():
+        for _, job in waiting.values():
             logger.warning(
                 "round %d: copy %s (%s) did not ack within %g s: its round is lost",
                 round_,

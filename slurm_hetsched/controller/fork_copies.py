@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from slurm_hetsched.controller.managed import ManagedJob
-from slurm_hetsched.controller.resubmit_options import remaining_minutes
+from slurm_hetsched.controller.resubmit_options import carried_limits
 from slurm_hetsched.slurm.records import GpuRequest, JobOptions
 
 COPY_ENV = "HETSCHED_COPY"
@@ -38,12 +38,6 @@ def copy_options(
 ) -> JobOptions:
     """The options of copy `copy` of `job` (copy 0, the user's own job)."""
     leader = job.leader
-    extra: list[tuple[str, str]] = []
-    if leader.qos:
-        extra.append(("qos", leader.qos))
-    minutes = remaining_minutes(leader, now_s)
-    if minutes is not None:
-        extra.append(("time", str(minutes)))
     suffix = copy_suffix(copy)
     return JobOptions(
         job_name=(leader.name or "job") + suffix,
@@ -61,5 +55,5 @@ def copy_options(
         open_mode_append=True,
         export=dict(environment) | {COPY_ENV: str(copy)},
         export_all=False,
-        extra=tuple(extra),
+        extra=carried_limits(leader, now_s),
     )

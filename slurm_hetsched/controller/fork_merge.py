@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import pwd
 import subprocess
 import sys
 import time
@@ -89,7 +90,7 @@ def run_merge(
     env |= dict(environment or {})
     switch: dict[str, object] = {}
     if me == 0 and uid != 0:
-        switch = {"user": uid, "group": gid if gid is not None else uid, "extra_groups": []}
+        switch = {"user": uid, "group": _group_of(uid, gid), "extra_groups": []}
     started = time.monotonic()
     try:
         done = subprocess.run(
@@ -113,6 +114,16 @@ def run_merge(
             + (why[-1][:_OUTPUT_MAX] if why else "no message")
         )
     return _answer(done.stdout, time.monotonic() - started)
+
+
+def _group_of(uid: int, gid: int | None) -> int:
+    """The job's group, else its user's primary group (never root's)."""
+    if gid is not None:
+        return gid
+    try:
+        return pwd.getpwuid(uid).pw_gid
+    except KeyError:
+        raise MergeError(f"uid {uid} has no account and the job no group: not averaging") from None
 
 
 def _answer(stdout: str, seconds: float) -> MergeResult:

@@ -115,6 +115,15 @@ class ForkTracker:
             if job.copy == 0 and job.job_key not in self._states:
                 self._fork(view, plan.round, job)
         placements = {**plan.keep, **plan.move, **plan.start}
+        # The rounds that end, of every forked job at once (one ack wait for them all).
+        ending = [
+            (state, copies[key])
+            for key, state in self._states.items()
+            if state.round > 0 and not state.done and copies.get(key)
+        ]
+        for key, collected in self.collector.collect_all(plan.round, ending).items():
+            if collected is not self._states[key]:
+                self._save(collected)
         for key, state in list(self._states.items()):
             mine = copies.get(key, {})
             try:
@@ -157,11 +166,6 @@ class ForkTracker:
         if state.done:
             self._wind_up(round_, state, copies)
             return identities
-        if state.round > 0:
-            collected = self.collector.collect(round_, state, copies)
-            if collected is not state:
-                state = collected
-                self._save(state)
         if state.remaining == 0:
             finisher = 0 if 0 in copies else min(copies)
             state = finish(state, finisher, copies[finisher].slurm_id)

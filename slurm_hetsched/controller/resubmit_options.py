@@ -36,6 +36,17 @@ def remaining_minutes(leader: SlurmJob, now_s: float) -> int | None:
     return max(1, limit - math.ceil(used_s / 60.0))
 
 
+def carried_limits(leader: SlurmJob, now_s: float) -> tuple[tuple[str, str], ...]:
+    """The old job's QOS and the rest of its time limit, as extra sbatch options."""
+    extra: list[tuple[str, str]] = []
+    if leader.qos:
+        extra.append(("qos", leader.qos))
+    minutes = remaining_minutes(leader, now_s)
+    if minutes is not None:
+        extra.append(("time", str(minutes)))
+    return tuple(extra)
+
+
 def resubmission_options(
     job: ManagedJob, target: Placement, environment: Mapping[str, str], now_s: float
 ) -> list[JobOptions]:
@@ -45,12 +56,7 @@ def resubmission_options(
     comment = (
         leader.comment if job.spec.key else leader.comment.rstrip("; ") + f";key={job.job_key}"
     )
-    extra: list[tuple[str, str]] = []
-    if leader.qos:
-        extra.append(("qos", leader.qos))
-    minutes = remaining_minutes(leader, now_s)
-    if minutes is not None:
-        extra.append(("time", str(minutes)))
+    extra = carried_limits(leader, now_s)
     return [
         JobOptions(
             job_name=leader.name,
@@ -69,7 +75,7 @@ def resubmission_options(
             open_mode_append=True,
             export=environment,
             export_all=False,
-            extra=tuple(extra),  # every component: each has its own limit and QOS
+            extra=extra,  # every component: each has its own limit and QOS
         )
         for part in target.slices
     ]

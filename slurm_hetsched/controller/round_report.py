@@ -147,6 +147,7 @@ def write_admin_comments(
             ),
             estimated=unmeasured_estimates(table, job, measured.get(key, {}), list(share)),
             replaced=replaced,
+            copy=job.copy,
         )
         current = "" if key in outcome.resubmitted else job.leader.admin_comment
         if not needs_update(current, text):

@@ -18,8 +18,17 @@ The rules, from the paper where it says, ours where it is silent (docs/simulatio
 - A job has at most `max_copies` copies and never more than the nodes that can run it (one
   node per copy: notes section 9, item 5).
 - Copies offered to the policy this round (`copies_offered`): the fewest of the job's fastest
-  nodes that can finish its remaining work within the round; all its copies if none can (the
-  paper's last round: "the beta fastest nodes finish the remainder").
+  nodes that can finish its remaining work within the round (the paper's last round: "the beta
+  fastest nodes finish the remainder"); if none can, the fewest of its fastest nodes that make
+  the most credited progress in the round, net of the overhead (all its copies when forking is
+  free; one when its slower nodes' steps x efficiency do not make up for what averaging costs
+  the fastest one).
+- Room (`offer_copies`, ours): when forking costs something, a copy beyond a job's first takes
+  a node that another job's first copy could use at full credit, for steps worth `efficiency`
+  and less the overhead, so it never pays there. Copies beyond the first are offered only on
+  the GPUs the jobs' first copies leave spare, shared out to the jobs whose copies add most per
+  GPU. With efficiency 1 and no overhead a copy is worth a job on its node and nothing limits
+  the copies (the paper's rule).
 - Copies run (`plan_round`): of the copies the policy placed, fastest first, the fewest that
   make the most progress this round. A copy that adds nothing, because the others finish
   without it (its share would take less than the overhead it costs) or because its steps x
@@ -73,6 +82,11 @@ class ForkSettings:
         if not (math.isfinite(self.efficiency) and 0 < self.efficiency <= 1):
             raise ConfigError(f"efficiency {self.efficiency!r}: expected a number in (0, 1]")
 
+    @property
+    def costless(self) -> bool:
+        """Whether forking is free: averaged steps count in full and averaging takes no time."""
+        return self.efficiency == 1.0 and self.overhead_s == 0.0
+
     def describe(self) -> str:
         """One line for a report: what forking costs in this run."""
         if self.max_copies == 1:
@@ -115,7 +129,11 @@ def credit_of(copies_run: int, efficiency: float) -> float:
 
 
 def copies_offered(
-    remaining: float, node_rates: Sequence[float], usable_s: float, settings: ForkSettings
+    remaining: float,
+    node_rates: Sequence[float],
+    usable_s: float,
+    settings: ForkSettings,
+    room: int | None = None,
 ) -> int:
     """How many copies a job offers the policy this round.
 
@@ -124,18 +142,87 @@ def copies_offered(
         node_rates: its steps/s on each node able to run it, one per copy allowed (any order).
         usable_s: training seconds in a round (the round less a restart).
         settings: the forking knobs.
+        room: copies beyond the first the cluster has spare nodes for (`offer_copies`); None:
+            no limit. Ignored when forking is free.
 
     Returns:
-        The fewest copies whose nodes, the fastest first, finish `remaining` within the round
-        (1 when nothing is left or no node can); else one per rate (all the copies).
+        Of the job's fastest nodes (at most 1 + `room`), the fewest that finish `remaining`
+        within the round; else the fewest that make the most credited progress in it (1 when
+        nothing is left or no node can run the job).
     """
     rates = sorted((r for r in node_rates if r > 0), reverse=True)
     if not rates or remaining <= _EPS:
         return 1
+    if room is not None and not settings.costless:
+        rates = rates[: 1 + max(0, room)]
+    best_n, best = 1, -1.0
     for n in range(1, len(rates) + 1):
-        if _progress(remaining, rates[:n], [usable_s] * n, settings) >= remaining - _EPS:
+        progress = _progress(remaining, rates[:n], [usable_s] * n, settings)
+        if progress >= remaining - _EPS:
             return n
-    return len(rates)
+        if progress > best + _EPS:
+            best_n, best = n, progress
+    return len(rates) if settings.costless else best_n
+
+
+@dataclass(frozen=True, slots=True)
+class Demand:
+    """What a job brings to a round's offer (`offer_copies`).
+
+    Attributes:
+        remaining: its steps left (in unforked steps).
+        node_rates: its steps/s on each node able to run it, one per copy allowed.
+        usable_s: its training seconds in a round (the round less a restart).
+        gpus: GPUs a copy takes (on one node).
+    """
+
+    remaining: float
+    node_rates: tuple[float, ...]
+    usable_s: float
+    gpus: int = 1
+
+
+def offer_copies(
+    demands: Mapping[str, Demand], gpus: int, settings: ForkSettings
+) -> dict[str, int]:
+    """How many copies each job offers the policy this round (module docstring, "Room").
+
+    Args:
+        demands: every active job -> what it brings (one node rate: a job that cannot fork).
+        gpus: the cluster's GPUs available to the jobs.
+        settings: the forking knobs.
+
+    Returns:
+        job -> copies offered: `copies_offered` without a limit when forking is free; else the
+        GPUs spare after one copy of every job go, job by job, to the jobs whose extra copies
+        add the most credited progress per GPU (then by name), each taking what pays best
+        within what is left.
+    """
+    if settings.costless:
+        return {j: copies_offered(d.remaining, d.node_rates, d.usable_s, settings)
+                for j, d in demands.items()}  # fmt: skip
+    spare = max(0, gpus - sum(d.gpus for d in demands.values()))
+    offered = dict.fromkeys(demands, 1)
+    gain: dict[str, float] = {}
+    for job, d in demands.items():
+        n = copies_offered(d.remaining, d.node_rates, d.usable_s, settings, spare // d.gpus)
+        if n > 1:
+            gain[job] = _gain(d, n, settings) / ((n - 1) * d.gpus)
+    for job in sorted(gain, key=lambda j: (-gain[j], j)):
+        d = demands[job]
+        offered[job] = copies_offered(
+            d.remaining, d.node_rates, d.usable_s, settings, spare // d.gpus
+        )
+        spare -= (offered[job] - 1) * d.gpus
+    return offered
+
+
+def _gain(demand: Demand, n: int, settings: ForkSettings) -> float:
+    """Credited steps `n` copies on the job's fastest nodes add in a round over one copy."""
+    rates = sorted(demand.node_rates, reverse=True)[:n]
+    usable = [demand.usable_s] * n
+    one = _progress(demand.remaining, rates[:1], usable[:1], settings)
+    return _progress(demand.remaining, rates, usable, settings) - one
 
 
 def plan_round(

@@ -1,11 +1,12 @@
 """The simulated cluster with HadarE's forking: a `ClusterBackend` whose jobs run as copies.
 
-Each trace job may run as several copies (core/fork_rounds.py says how many and which): the
+Each trace job may run as several copies (core/fork_rounds.py says how many and which: beyond
+a job's first, only on GPUs that no job's first copy needs, unless forking is free): the
 snapshot shows the policy one ordinary job per copy (key `JOB#i`; a job that cannot fork keeps
 its own key and runs exactly as on sim/cluster.py's `SimulatedCluster`), and the backend is the
 job tracker. At `enact` it gives each copy the policy placed a step budget for the round; at
 the next `observe` it adds up what the copies did, counts it toward the job's total (x the
-step efficiency in an averaged round) and, once the total is reached, ends the job at the
+step efficiency in an averaged round) and ends the job, once the total is reached, at the
 moment its last copy finished.
 
 Time in a round, per copy: its restart when newly placed on a job that has run (it loads the
@@ -24,9 +25,10 @@ from dataclasses import dataclass, field, replace
 
 from slurm_hetsched.core.costs import Interval
 from slurm_hetsched.core.fork_rounds import (
+    Demand,
     ForkSettings,
     copies_allowed,
-    copies_offered,
+    offer_copies,
     plan_round,
 )
 from slurm_hetsched.core.model import ClusterSnapshot, Job, Node, Placement, RoundPlan
@@ -176,9 +178,13 @@ class ForkingCluster:
             state = self._pending[self._next_pending]
             self._active[state.trace.job_id] = state
             self._next_pending += 1
-        jobs: list[Job] = []
-        for job_id in sorted(self._active):
-            jobs.extend(self._offer(self._active[job_id]))
+        offered = offer_copies(
+            {j: Demand(s.steps_left, s.node_rates, self.round_s - s.restart_s, s.trace.num_gpus)
+             for j, s in self._active.items()},
+            sum(sum(n.gpus.values()) for n in self.nodes if n.available),
+            self.fork,
+        )  # fmt: skip
+        jobs = [c for j in sorted(self._active) for c in self._offer(self._active[j], offered[j])]
         snapshot = ClusterSnapshot(now_s=now, nodes=self.nodes, jobs=tuple(jobs))
         return Observation(
             snapshot=snapshot, ran_s=ran_s, finished=finished, not_running=not_running
@@ -257,14 +263,11 @@ class ForkingCluster:
 
     # -- the tracker -----------------------------------------------------------------------------
 
-    def _offer(self, job: ForkedJob) -> list[Job]:
-        """The job's copies offered this round: as many as `copies_offered`, each with its share
-        of the raw steps still needed; copies no longer offered lose their placement."""
+    def _offer(self, job: ForkedJob, n: int) -> list[Job]:
+        """The job's `n` copies offered this round, each with its share of the raw steps still
+        needed; copies no longer offered lose their placement."""
         keys = list(job.copies)
-        n = 1
         if len(keys) > 1:
-            usable = self.round_s - job.restart_s
-            n = copies_offered(job.steps_left, job.node_rates, usable, self.fork)
             # The copies kept are those on the fastest nodes now (the paper's last round: the
             # fastest finish), so that the policy can leave them where they are.
             keys.sort(key=lambda k: -self._rate_now(job, job.copies[k]))

@@ -158,9 +158,9 @@ def _other_job_on_k80s(submit: Submitter, count: int) -> str:
     return other
 
 
-def _ddp_script(spec: str) -> str:
+def _ddp_script(spec: str, step_time_s: float = 0.15) -> str:
     return render_template(
-        ["--steps", str(DDP_STEPS), "--step-time-s", "0.15"],
+        ["--steps", str(DDP_STEPS), "--step-time-s", str(step_time_s)],
         script=TRAIN_DDP,
         comment=f"hetsched:{spec};steps={DDP_STEPS}",
     )
@@ -176,7 +176,10 @@ def test_hadar_moves_a_three_rank_job_between_mixed_and_plain_placements(
 ) -> None:
     ctl = _hadar(tmp_path, slurm_conf, state_root)
     other = _other_job_on_k80s(submit, 3)
-    script = _ddp_script("class=ddp;gpus=3")
+    # Slow enough steps that the job is still training at the third placement, after two
+    # re-submissions and a controller restart, with both dev clusters busy (at 0.15 s a step
+    # it once finished first on a loaded machine).
+    script = _ddp_script("class=ddp;gpus=3", step_time_s=0.4)
     environment = job_environment(state_root, HETSCHED_CHECKPOINT_EVERY_S="0")
     errors = str(submit.folder / "errors-%j.txt")
     key = submit(

@@ -120,7 +120,8 @@ def _once_killing_the_averaging(ctl: LiveController, state_dir: Path) -> None:
     ) as controller:
         merged = state_dir / "merged"
         wait_for(lambda: any(merged.glob(".tmp-ckpt-*")), "the averaging mid-write", 120)
-        helpers = _pids_with(b"slurm_hetsched.wrapper.merge")
+        # This test's helper only: CI runs the two dev clusters' tests side by side.
+        helpers = _pids_with(b"slurm_hetsched.wrapper.merge", str(state_dir).encode())
         assert helpers, "no merge helper running"
         for pid in helpers:
             with contextlib.suppress(ProcessLookupError):
@@ -130,18 +131,19 @@ def _once_killing_the_averaging(ctl: LiveController, state_dir: Path) -> None:
     assert "averaging its round" in err and "failed" in err, err[-3000:]
 
 
-def _pids_with(needle: bytes, environ: bytes | None = None) -> list[int]:
-    """Processes whose command line holds `needle` (and whose environment `environ`)."""
+def _pids_with(*needles: bytes, environ: tuple[bytes, ...] = ()) -> list[int]:
+    """Processes whose command line holds every one of `needles` and whose environment every
+    variable of `environ`."""
     found = []
     for proc in Path("/proc").iterdir():
         if not proc.name.isdigit() or int(proc.name) == os.getpid():
             continue
         try:
             cmdline = (proc / "cmdline").read_bytes()
-            env = (proc / "environ").read_bytes().split(b"\0") if environ else []
+            env = set((proc / "environ").read_bytes().split(b"\0")) if environ else set()
         except OSError:
             continue
-        if needle in cmdline and (environ is None or environ in env):
+        if all(n in cmdline for n in needles) and all(v in env for v in environ):
             found.append(int(proc.name))
     return found
 
@@ -197,10 +199,12 @@ def _training_past(folder: Path, step: int) -> None:
     wait_for(probe, f"{folder.name} training past step {step}", 120, every_s=0.2)
 
 
-def _kill_training(job_id: str) -> None:
+def _kill_training(job_id: str, state_root: Path) -> None:
     """kill -9 the job's training process (the dev cluster's nodes share this machine: found
     by its script and SLURM_JOB_ID)."""
-    pids = _pids_with(TRAIN_DDP.name.encode(), f"SLURM_JOB_ID={job_id}".encode())
+    # Its job id and this test's state root: the other dev cluster may run a job of that id.
+    environ = (f"SLURM_JOB_ID={job_id}".encode(), f"HETSCHED_STATE_ROOT={state_root}".encode())
+    pids = _pids_with(TRAIN_DDP.name.encode(), environ=environ)
     assert pids, f"no training process of job {job_id}"
     for pid in pids:
         with contextlib.suppress(ProcessLookupError):
@@ -271,13 +275,13 @@ def test_hadare_forks_a_job_into_copies_merges_them_every_round_and_finishes(
             if state is None or state["done"]:
                 break
             running = [backend.job(j) for j in copies.values()]
-            names |= {(j.name, j.admin_comment.split(" ")[0]) for j in running}
+            names |= {(j.name, j.admin_comment) for j in running}
             nodes_seen.append(sorted(j.nodes for j in running if j.state.value == "RUNNING"))
             # Once all three train: kill copy 2 mid-round, once.
             if not killed and len(state["work"]) == 3 and int(state["merged_step"]) > 0:
                 victim = str(dict(state["work"])["2"][0])
                 _training_past(_copy_dir(state_dir, 2), int(state["merged_step"]))
-                _kill_training(victim)
+                _kill_training(victim, state_root)
                 killed = True
             _round_trained(backend, ctl, key, state_dir)
         wait_for(
@@ -289,6 +293,8 @@ def test_hadare_forks_a_job_into_copies_merges_them_every_round_and_finishes(
     finally:
         status = ctl.command("rounds", "--job", key)
         print(status.stdout[-6000:], status.stderr[-2000:])
+        # Copies the controller submitted after the test last looked: none may outlive it.
+        submit.job_ids.extend(j for j in _copies(backend, key).values() if j not in submit.job_ids)
 
     log = (submit.folder / f"slurm-{key}.out").read_text()
     assert backend.job(key).state.value == "COMPLETED", log[-4000:]
@@ -296,8 +302,9 @@ def test_hadare_forks_a_job_into_copies_merges_them_every_round_and_finishes(
     assert ["n1", "n2", "n3"] in nodes_seen, nodes_seen  # three copies at once, one a node
     base = backend.job(key).name
     assert {n for n, _ in names} >= {base, f"{base}.copy1", f"{base}.copy2"}, names
-    # The admin comment names each copy's round (`hetsched r=<round>`) like any job's.
-    assert all(c.startswith("hetsched") or not c for _, c in names), names
+    # The admin comment names the copy: `hetsched r=<round> copy=<k> <target> ...`.
+    copies_shown = {c.split()[2] for n, c in names if n != base and c.startswith("hetsched r=")}
+    assert copies_shown == {"copy=1", "copy=2"}, names
     assert merge_killed, "the averaging was never killed"
     merges = _merges(ctl, key)
     assert any(kind == "merge" and "failed" in outcome for kind, outcome in _failures(ctl, key))

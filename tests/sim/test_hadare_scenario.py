@@ -104,15 +104,26 @@ def test_every_job_finishes_with_its_steps_and_no_run_beats_the_forking_bound(ru
         assert run.result.makespan_s >= bounds[mix] * 0.999
 
 
-def test_at_the_measured_efficiency_hadare_is_busier_than_hadar_but_finishes_later(runs) -> None:  # type: ignore[no-untyped-def]
-    """Nothing wins by construction: at the live figure (0.5, docs/simulation.md) an averaged
-    round is worth too little to beat hadar's total time, though it keeps the nodes busy."""
+def test_at_the_measured_efficiency_hadare_degrades_to_hadar_and_wins_only_where_nodes_idle(
+    runs,
+) -> None:  # type: ignore[no-untyped-def]
+    """Nothing wins by construction: at the live figure (0.5, docs/simulation.md) a copy pays
+    only when a job's other nodes add more than its fastest, i.e. nearly the whole cluster, and
+    a copy never takes a node from another job's first copy. So HadarE forks M-1 (one job, four
+    idle nodes) and the mixes' tails, runs as hadar elsewhere, and is never much slower than it
+    (before the room rule, copies placed and then left idle made it 0.86x hadar)."""
     measured = {m: run_case(m, SLOT_S, "hadare") for m in MIXES}
     assert measured["M-5"].fork.efficiency == DEFAULT_STEP_EFFICIENCY == 0.5
-    time_ratio = statistics.fmean(
-        runs[(m, "hadar")].result.makespan_s / measured[m].result.makespan_s for m in MIXES
-    )
+    ratio = {m: runs[(m, "hadar")].result.makespan_s / measured[m].result.makespan_s for m in MIXES}
+    assert ratio["M-1"] > 1.05
+    assert all(r > 0.99 for r in ratio.values())
+    assert 1.0 < statistics.fmean(ratio.values()) < 1.1
+    assert measured["M-1"].stats.averaged_rounds > 0
+    # M-12's tail never leaves one job enough spare nodes for a copy to pay.
+    assert measured["M-12"].stats.averaged_rounds == 0
+    # Copies the policy placed that the tracker did not start: a handful, not a node a round.
+    assert all(run.stats.not_started <= 5 for run in measured.values())
     util_ratio = statistics.fmean(
         measured[m].result.utilization / runs[(m, "hadar")].result.utilization for m in MIXES
     )
-    assert time_ratio < 1.0 < util_ratio
+    assert util_ratio > 1.0

@@ -25,6 +25,7 @@ TABLE = ThroughputTable.from_dict(
         "throughputs": {
             "c": {"1": {"v100": 3.0, "k80": 2.0, "t4": 1.0}},
             "no-k80": {"1": {"v100": 3.0, "k80": 0.0, "t4": 1.0}},
+            "flat": {"1": {"v100": 3.0, "k80": 2.5, "t4": 2.5}},
         },
     }
 )
@@ -62,7 +63,7 @@ def test_a_forked_job_offers_one_copy_per_node_that_can_run_it() -> None:
         TABLE,
         SimClock(),
         100.0,
-        ForkSettings(5),
+        ForkSettings(5, overhead_s=0.0, efficiency=1.0),  # free: no room rule
     )
     keys = [job.key for job in cluster.observe().snapshot.jobs]
     assert keys == [copy_key("j", 1), copy_key("j", 2), copy_key("j", 3), "k#1", "k#2"]
@@ -141,7 +142,8 @@ def test_only_the_jobs_that_opted_in_fork() -> None:
     trace = (TraceJob("in", 0.0, "c", 1, 30_000), TraceJob("out", 0.0, "c", 1, 30_000))
     fork = ForkSettings(3, overhead_s=8.0, efficiency=0.9)  # averaging pays at these knobs
     cluster = ForkingCluster(trace, NODES, TABLE, SimClock(), 120.0, fork, forked=frozenset({"in"}))
-    assert [j.key for j in cluster.observe().snapshot.jobs] == ["in#1", "in#2", "in#3", "out"]
+    # Forking costs here: "in" gets a copy on the one node "out" leaves spare, not two.
+    assert [j.key for j in cluster.observe().snapshot.jobs] == ["in#1", "in#2", "out"]
     policy = get_policy("max_min_fairness_perf")
     run = simulate_forked(
         trace, NODES, policy, SITE, SimSettings(round_s=120.0), fork, forked=frozenset({"in"})
@@ -175,3 +177,22 @@ def test_hetsched_simulate_forks_on_request_and_says_so(tmp_path) -> None:  # ty
     assert forked.makespan_s < plain.makespan_s
     with pytest.raises(ConfigError, match="--fork"):
         run_simulate(dataclasses.replace(request, unprofiled=("k80",)), StringIO())
+
+
+@pytest.mark.parametrize("policy", ["hadar", "max_min_fairness_perf"])
+def test_at_efficiency_0_5_copies_take_only_nodes_no_job_waits_for(policy: str) -> None:
+    """Class "flat" forked on all three nodes makes 0.5 x 8 = 4 > 3 steps/s: it pays for one
+    job alone, never against another job's first copy. While two or more jobs are left nothing
+    forks; no copy is placed and then left idle; the run is faster than without forking."""
+    trace = tuple(TraceJob(str(i), 0.0, "flat", 1, 30_000 * (i + 1)) for i in range(4))
+    settings = SimSettings(round_s=120.0, restart_overhead_s=10.0)
+    fork = ForkSettings(3, overhead_s=5.0, efficiency=0.5)
+    plain = simulate_forked(trace, NODES, get_policy(policy), SITE, settings).result
+    forked = simulate_forked(trace, NODES, get_policy(policy), SITE, settings, fork)
+    ends = sorted(j.end_s for j in forked.result.jobs if j.end_s is not None)
+    assert forked.stats.averaged_rounds > 0  # the last job alone
+    assert forked.stats.not_started == 0
+    assert forked.result.makespan_s < plain.makespan_s
+    # The first three jobs end as without forking: only the last one alone forks.
+    plain_ends = sorted(j.end_s for j in plain.jobs if j.end_s is not None)
+    assert ends[:3] == plain_ends[:3]

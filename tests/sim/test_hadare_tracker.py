@@ -8,10 +8,12 @@ import pytest
 from slurm_hetsched.core.fork_rounds import (
     DEFAULT_ROUND_OVERHEAD_S,
     DEFAULT_STEP_EFFICIENCY,
+    Demand,
     ForkSettings,
     copies_allowed,
     copies_offered,
     credit_of,
+    offer_copies,
     plan_round,
 )
 from slurm_hetsched.errors import ConfigError
@@ -95,7 +97,8 @@ def test_a_copy_that_adds_less_than_averaging_costs_is_not_started() -> None:
     planned = plan_round(1e6, {"fast": (10.0, 100.0), "slow": (1.0, 100.0)}, settings)
     assert planned.running == ("fast",)
     assert planned.credit == 1.0
-    assert copies_offered(1e6, [10.0, 1.0], 100.0, settings) == 2  # offered; the policy places
+    # Nor is it offered: its node stays free for another job.
+    assert copies_offered(1e6, [10.0, 1.0], 100.0, settings) == 1
 
 
 def test_budgets_add_up_to_whole_steps_and_cover_the_job() -> None:
@@ -111,3 +114,42 @@ def test_nothing_runs_where_no_copy_can() -> None:
     planned = plan_round(10.0, {"a": (0.0, 100.0)}, FREE)
     assert planned.running == ()
     assert copies_offered(10.0, [], 100.0, FREE) == 1
+
+
+def test_at_efficiency_0_5_a_job_whose_slow_nodes_add_less_than_its_fastest_is_not_forked() -> None:
+    """Forked, the job makes 0.5 x (its fastest node + the others): it pays only when the
+    others add more than the fastest, net of the overhead; then on all of them, although two or
+    three copies would lose (the rule is the best count, not copy by copy)."""
+    half = ForkSettings(4, overhead_s=0.0, efficiency=0.5)
+    assert copies_offered(1e6, [10.0, 3.0, 3.0, 3.0], 100.0, half) == 1  # 0.5 x 19 < 10
+    assert copies_offered(1e6, [10.0, 4.0, 4.0, 4.0], 100.0, half) == 4  # 0.5 x 22 > 10
+    # Net of the overhead: 0.5 x 22 x (100 - 5) s > 1000 steps, 0.5 x 22 x (100 - 10) s < 1000.
+    assert copies_offered(1e6, [4.0, 10.0, 4.0, 4.0], 100.0, ForkSettings(4, 5.0, 0.5)) == 4
+    assert copies_offered(1e6, [4.0, 10.0, 4.0, 4.0], 100.0, ForkSettings(4, 10.0, 0.5)) == 1
+    # The last round is unchanged: the fewest fastest that finish.
+    assert copies_offered(1000.0, [10.0, 4.0, 4.0, 4.0], 100.0, half) == 1
+
+
+def test_with_free_forking_every_copy_is_offered_whatever_the_contention() -> None:
+    """Efficiency 1, no overhead: a copy's steps are worth another job's on its node, so every
+    job offers all its copies (the paper's rule, as before the room rule)."""
+    assert copies_offered(1e6, [10.0, 1.0, 1.0], 100.0, FREE) == 3
+    assert copies_offered(1e6, [10.0, 1.0, 1.0], 100.0, FREE, room=0) == 3
+    demands = {j: Demand(1e6, (3.0, 2.0, 1.0), 100.0) for j in ("a", "b", "c", "d")}
+    assert offer_copies(demands, 3, FREE) == {"a": 3, "b": 3, "c": 3, "d": 3}
+
+
+def test_copies_beyond_the_first_are_offered_only_on_spare_gpus_when_forking_costs() -> None:
+    """0.9 and 8 s: a second copy pays for the job (0.9 x 5 x 92 > 3 x 100 steps) but would take
+    a node another job's first copy could use at full credit; so only spare GPUs take copies,
+    first the job whose copies add most per GPU."""
+    costly = ForkSettings(3, overhead_s=8.0, efficiency=0.9)
+    fast, slow = Demand(1e6, (3.0, 2.0, 1.0), 100.0), Demand(1e6, (1.0, 1.0, 0.5), 100.0)
+    assert offer_copies({"a": fast, "b": slow}, 2, costly) == {"a": 1, "b": 1}
+    assert offer_copies({"b": slow, "a": fast}, 3, costly) == {"a": 2, "b": 1}
+    assert offer_copies({"a": fast, "b": slow}, 4, costly) == {"a": 3, "b": 1}
+    assert offer_copies({"a": fast, "b": slow}, 6, costly) == {"a": 3, "b": 3}
+    assert copies_offered(1e6, [3.0, 2.0, 1.0], 100.0, costly, room=1) == 2
+    # A copy takes the job's GPUs on one node: 3 spare GPUs are one more copy of 2 GPUs.
+    big = Demand(1e6, (3.0, 2.0, 1.0), 100.0, gpus=2)
+    assert offer_copies({"a": big}, 5, costly) == {"a": 2}

@@ -140,9 +140,9 @@ def rig(tmp_path: Path) -> tuple[FakeEnactor, Registry, Merges, ForkTracker]:
 
 
 def _copy(
-    job_id: str, copy: int, *, run_on: tuple[str, str] | None = None, fork: int = 3
+    job_id: str, copy: int, *, run_on: tuple[str, str] | None = None, fork: int = 3, key: str = "k"
 ) -> ManagedJob:
-    comment = f"hetsched:class={RESNET};steps=1000;fork={fork};key=k" + (
+    comment = f"hetsched:class={RESNET};steps=1000;fork={fork};key={key}" + (
         f";copy={copy}" if copy else ""
     )
     record = (
@@ -150,9 +150,11 @@ def _copy(
         if run_on
         else held(job_id, comment=comment, user_id=UID)
     )
-    spec = JobSpec(job_class=RESNET, steps=1000, fork=fork, key="k", copy=copy)
-    key = "k" if copy == 0 else f"k#{copy}"
-    return ManagedJob(key=key, spec=spec, components=(record,), num_gpus=1, job_key="k", copy=copy)
+    spec = JobSpec(job_class=RESNET, steps=1000, fork=fork, key=key, copy=copy)
+    identity = key if copy == 0 else f"{key}#{copy}"
+    return ManagedJob(
+        key=identity, spec=spec, components=(record,), num_gpus=1, job_key=key, copy=copy
+    )
 
 
 def _view(*jobs: ManagedJob) -> SlurmView:
@@ -367,3 +369,43 @@ def test_a_copys_options_keep_the_job_and_name_the_copy() -> None:
     assert options.comment == f"hetsched:class={RESNET};steps=1000;fork=3;key=k;copy=4"
     assert (options.job_name, options.hold, options.requeue) == ("job10.copy4", True, True)
     assert options.export == {"PATH": "/bin", "HETSCHED_COPY": "4"} and not options.export_all
+
+
+def test_the_copies_of_every_job_still_training_are_stopped_at_once_one_wait_for_all(
+    rig: Any,
+) -> None:
+    """Two forked jobs, each with a copy that never acks: both are signalled before the wait,
+    and the round waits one ack timeout, not one per job."""
+    enactor, registry, merges, tracker = rig
+    root = enactor.settings.state_root
+    for key, ids in (("k", ("10", "11")), ("j", ("20", "21"))):
+        work = {0: CopyRound(ids[0], 0, 0, 50), 1: CopyRound(ids[1], 0, 50, 30)}
+        registry.save_fork(key, replace(_state(round=1, work=work), key=key).to_json())
+    _ack(root, 0, "10", 50, 1)
+    folder = root / str(UID) / "j"
+    folder.mkdir(parents=True, mode=0o700)
+    (folder / "ack.json").write_text(
+        json.dumps(
+            {"job_id": "20", "restart_count": 0, "step": 40, "written_at": 1.0, "fork_round": 1}
+        )
+    )
+    jobs = (
+        _copy("10", 0, run_on=("n1", "v100")),
+        _copy("11", 1, run_on=("n2", "p100")),
+        _copy("20", 0, run_on=("n3", "k80"), key="j"),
+        _copy("21", 1, run_on=("n2", "p100"), key="j"),
+    )
+    started = enactor.now
+    tracker.before_enact(_view(*jobs), RoundPlan(round=2))
+    signals = [c[1] for c in enactor.slurm.calls if c[0] == "signal"]
+    assert signals == ["11", "21"]
+    assert enactor.now - started == pytest.approx(enactor.settings.ack_timeout_s, abs=0.5)
+    assert sorted(c["out_step"] for c in merges.calls) == [40, 50]  # the others' steps
+
+
+def test_a_copys_admin_comment_names_the_copy() -> None:
+    from slurm_hetsched.controller.admin_comment import format_admin_comment
+
+    fields = {"round_": 3, "placement": _on("n3", "k80"), "share": {}, "priority": None}
+    assert format_admin_comment(**fields, reason="", copy=2).startswith("hetsched r=3 copy=2 k80")
+    assert "copy=" not in format_admin_comment(**fields, reason="")
