@@ -114,7 +114,7 @@ class ForkTracker:
         for job in view.managed.values():
             if job.copy == 0 and job.job_key not in self._states:
                 self._fork(view, plan.round, job)
-        placements = {**plan.keep, **plan.move, **plan.start}
+        placements = plan.placements
         # The rounds that end, of every forked job at once (one ack wait for them all).
         ending = [
             (state, copies[key])
@@ -289,16 +289,16 @@ class ForkTracker:
                 job = view.managed.get(job_identity(state.key, copy))
                 if job is None or job.key not in kept:
                     continue
-                placement = plan.keep.get(job.key)
+                placement = plan.placements.get(job.key)
+                if placement is None:
+                    continue
                 try:
-                    folder = self._folder(job)
-                    write_placement(
-                        folder, _payload(plan.round, placement, fork_section(state, copy))
-                    )
+                    # The enactor's placement.json, with this copy's `fork` work (`section`).
+                    self.enactor._write_placement(plan.round, job, placement)
                     if job.leader.state is JobState.RUNNING:  # else not started yet
                         write_resume_request(
-                            folder, job_id=job.slurm_id, restart_count=job.leader.restart_count,
-                            at=self.enactor.clock(),
+                            self._folder(job), job_id=job.slurm_id,
+                            restart_count=job.leader.restart_count, at=self.enactor.clock(),
                         )  # fmt: skip
                 except Exception:
                     logger.exception(
@@ -350,19 +350,3 @@ def _copies_by_key(jobs: Iterable[ManagedJob]) -> dict[str, dict[int, ManagedJob
     for job in jobs:
         out.setdefault(job.job_key, {})[job.copy] = job
     return out
-
-
-def _payload(
-    round_: int, placement: Placement | None, fork: dict[str, Any] | None
-) -> dict[str, Any]:
-    payload: dict[str, Any] = {"round": round_, "fork": fork}
-    if placement is not None:
-        payload |= {
-            "gpu_type": placement.slices[0].gpu_type,
-            "num_gpus": placement.num_gpus,
-            "nodes": list(placement.nodes),
-            "slices": [
-                {"node": s.node, "gpu_type": s.gpu_type, "count": s.count} for s in placement.slices
-            ],
-        }
-    return payload

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 from controller_builders import RESNET, TABLE, held, running, slurm_node
 
+from slurm_hetsched.controller.enact import SlurmEnactor
 from slurm_hetsched.controller.fork_copies import copy_options
 from slurm_hetsched.controller.fork_merge import MergeError, _answer, merge_argv
 from slurm_hetsched.controller.fork_tracker import ForkSettings, ForkTracker
@@ -93,6 +94,9 @@ class FakeEnactor:
         self.journal.append(("step", kind, detail))
         return True
 
+    fork_sections: Any = None
+    _write_placement = SlurmEnactor._write_placement  # the real placement.json, via _folder
+
     def _resubmit_environment(self, job: ManagedJob) -> dict[str, str]:
         return {"PATH": "/usr/bin:/bin", "HETSCHED_JOB_KEY": job.job_key}
 
@@ -136,6 +140,7 @@ def rig(tmp_path: Path) -> tuple[FakeEnactor, Registry, Merges, ForkTracker]:
         ForkSettings(round_s=ROUND_S, fork_max=8),
         merge=merges,
     )
+    enactor.fork_sections = tracker.section  # as controller/live.py wires them
     return enactor, registry, merges, tracker
 
 
