@@ -33,21 +33,21 @@ from .conftest import TRAIN_DDP, Submitter, job_environment, render_template, wa
 from .controller_harness import REPO, LiveController
 from .test_controller import controller_for
 
-STEPS = 2400
-STEP_TIME_S = 0.025  # a V100 step; the emulation stretches the others by the table's ratios
+# Long enough for the training to near its floor: periodic averaging costs progress early on
+# (an averaged step is worth about half a sequential one here, docs/job-side.md "What forking
+# costs in quality"), so the held-out loss ratio shrinks with the steps (1.11x at 2400).
+STEPS = 14400
+STEP_TIME_S = 0.005  # a V100 step; the emulation stretches the others by the table's ratios
 ROUND_S = 6.0
 # Steps/s of the test's class: a V100 step lasts STEP_TIME_S (examples/train_ddp.py pads it),
 # so the budgets the tracker gives match what the copies do.
 TABLE = {
     "format": "hetsched-throughputs/1",
     "source": "test: one class, its speeds under the emulation",
-    "throughputs": {"fork1": {"1": {"v100": 40.0, "p100": 24.0, "k80": 16.0}}},
+    "throughputs": {"fork1": {"1": {"v100": 200.0, "p100": 120.0, "k80": 80.0}}},
 }
-# The held-out loss of the forked job against an unforked run of the same steps. Periodic
-# averaging of this small job measures 1.11x at 2400 steps (1.39x at 480): an averaged step is
-# worth about half a sequential one here (docs/job-side.md, "What forking costs in quality");
-# the bound catches a merge that loses or garbles training, not that cost.
-QUALITY_BOUND = 1.25
+# The issue's bound: the forked job's held-out loss at most 1.05x an unforked run's.
+QUALITY_BOUND = 1.05
 HELDOUT = re.compile(r"^final steps=(\d+) heldout_loss=([\d.]+) ", re.MULTILINE)
 
 
@@ -261,7 +261,7 @@ def test_hadare_forks_a_job_into_copies_merges_them_every_round_and_finishes(
     merge_killed = False
     state: dict[str, Any] | None = None
     try:
-        for _ in range(30):
+        for _ in range(40):
             # The round after copy 2's: its averaging is killed in the middle of its write.
             if killed and not merge_killed and state and len(state["work"]) == 3:
                 _once_killing_the_averaging(ctl, state_dir)
