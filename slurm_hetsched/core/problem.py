@@ -22,6 +22,7 @@ from slurm_hetsched.core.model import (
     InvalidProblemError,
     Placement,
     Problem,
+    Reservation,
 )
 from slurm_hetsched.core.throughput import ThroughputTable, UnknownJobClassError, rescale_row
 from slurm_hetsched.core.throughput.rescale import prior_scaled
@@ -50,6 +51,7 @@ def build_problem(
     running: Mapping[str, Placement] | None = None,
     *,
     mixed_gangs: bool = False,
+    reservations: Mapping[str, Reservation] | None = None,
 ) -> Problem:
     """The problem of the jobs and free GPUs in `snapshot`.
 
@@ -65,6 +67,8 @@ def build_problem(
         running: job -> where it runs now, for the placement policies (ANDREAS keeps or
             re-plans these); jobs that left the snapshot are ignored.
         mixed_gangs: for a policy that places gangs across GPU types (`Problem.mixed_gangs`).
+        reservations: the schedules a reservation policy (oasis) admitted last round
+            (`Problem.reservations`); those of jobs that left are dropped.
 
     Raises:
         InvalidProblemError: a job whose class the table does not know, or that no GPU type of
@@ -153,6 +157,7 @@ def build_problem(
             else None
         ),
         mixed_gangs=mixed_gangs,
+        reservations={j: r for j, r in (reservations or {}).items() if j in ids},
     )
 
 

@@ -172,8 +172,11 @@ class Tick(Generic[ObservationT]):
         whose row is an estimate learned a type or moved on to another stint
         (rounds/exploring.py); and the jobs set aside because the policy failed with them."""
         table = self.site.table
+        # A reservation policy's schedules place jobs slot by slot: it decides every round.
+        plans_ahead = bool(getattr(self.policy, "plans_ahead", False))
         if (
             last is not None
+            and not plans_ahead
             and _same_jobs(last.allocation, snapshot)
             and dict(last.capacity) == dict(capacity)
             and last.allocation.gpu_types == snapshot.gpu_types
@@ -196,6 +199,8 @@ class Tick(Generic[ObservationT]):
                 fits[key] = self._fits(job, snapshot, capacity)
         fitting = tuple(j for j in snapshot.jobs if fits[(j.job_class, j.num_gpus, j.mem_gib)])
 
+        reservations = None if last is None else last.allocation.reservations
+
         def solve(subset: tuple[Job, ...]) -> Allocation:
             if not subset:
                 k = len(snapshot.gpu_types)
@@ -204,7 +209,11 @@ class Tick(Generic[ObservationT]):
                 )
             part = dataclasses.replace(snapshot, jobs=subset)
             problem = build_problem(
-                part, self.site, running=state.placements, mixed_gangs=self.mixes_types
+                part,
+                self.site,
+                running=state.placements,
+                mixed_gangs=self.mixes_types,
+                reservations=reservations,
             )
             return self.policy.allocate(restricted(problem, targets))
 

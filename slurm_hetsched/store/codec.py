@@ -17,8 +17,10 @@ from slurm_hetsched.core.model import (
     Job,
     Node,
     Placement,
+    Reservation,
     RoundPlan,
     RoundState,
+    Stretch,
 )
 from slurm_hetsched.core.ports import EnactReport, RoundRecord
 from slurm_hetsched.core.utility import Utility
@@ -40,6 +42,38 @@ def _placements_from_json(data: Mapping[str, Any]) -> dict[str, Placement]:
     return {j: placement_from_json(j, v) for j, v in data.items()}
 
 
+def _reservations_to_json(rs: Mapping[str, Reservation]) -> dict[str, Any]:
+    return {
+        j: {
+            "slot_s": r.slot_s,
+            "utility": r.utility,
+            "price": r.price,
+            "stretches": [
+                [s.first_slot, s.last_slot, None if s.placement is None
+                 else placement_to_json(s.placement)]
+                for s in r.stretches
+            ],
+        }
+        for j, r in sorted(rs.items())
+    }  # fmt: skip
+
+
+def _reservations_from_json(data: Mapping[str, Any]) -> dict[str, Reservation]:
+    return {
+        str(j): Reservation(
+            job_id=str(j),
+            slot_s=float(r["slot_s"]),
+            stretches=tuple(
+                Stretch(int(first), int(last), None if p is None else placement_from_json(j, p))
+                for first, last, p in r["stretches"]
+            ),
+            utility=float(r["utility"]),
+            price=float(r["price"]),
+        )
+        for j, r in data.items()
+    }
+
+
 def allocation_to_json(a: Allocation) -> dict[str, Any]:
     return {
         "job_ids": list(a.job_ids),
@@ -53,6 +87,9 @@ def allocation_to_json(a: Allocation) -> dict[str, Any]:
         "unmet_slos": None if a.unmet_slos is None else list(a.unmet_slos),
         "placements": None if a.placements is None else _placements_to_json(a.placements),
         "waiting": dict(a.waiting),
+        "reservations": (
+            None if a.reservations is None else _reservations_to_json(a.reservations)
+        ),
     }
 
 
@@ -70,6 +107,12 @@ def allocation_from_json(d: Mapping[str, Any]) -> Allocation:
         unmet_slos=None if d["unmet_slos"] is None else tuple(d["unmet_slos"]),
         placements=None if d["placements"] is None else _placements_from_json(d["placements"]),
         waiting={str(k): str(v) for k, v in (d.get("waiting") or {}).items()},
+        # Absent in rounds recorded before reservation policies.
+        reservations=(
+            None
+            if d.get("reservations") is None
+            else _reservations_from_json(d["reservations"])
+        ),
     )
 
 

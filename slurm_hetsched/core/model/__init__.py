@@ -6,6 +6,7 @@
 - `energy`: `EnergyModel`, `SiteEnergy` (the power model);
 - `problem`: `Problem` (what every policy receives) and `PackedPairs`;
 - `allocation`: `Allocation` (what a policy returns: time fractions per job and GPU type);
+- `reservation`: `Reservation`, `Stretch` (an admitted job's schedule over time slots, OASiS);
 - `rounds`: `RoundState` (what the round mechanism carries between rounds) and `RoundPlan`
   (one round's actions: keep, move, start, stop);
 - `frozen`: the checked, read-only field values they share and `InvalidProblemError`.
@@ -30,6 +31,7 @@ from slurm_hetsched.core.model.energy import EnergyModel, SiteEnergy
 from slurm_hetsched.core.model.frozen import InvalidProblemError
 from slurm_hetsched.core.model.placement import GpuSlice, Placement
 from slurm_hetsched.core.model.problem import SUBLINEAR_EXPONENT, PackedPairs, Problem
+from slurm_hetsched.core.model.reservation import Reservation, Stretch
 from slurm_hetsched.core.model.rounds import RoundPlan, RoundState
 
 __all__ = [
@@ -47,7 +49,9 @@ __all__ = [
     "PackedPairs",
     "Placement",
     "Problem",
+    "Reservation",
     "RoundPlan",
     "RoundState",
     "SiteEnergy",
+    "Stretch",
 ]

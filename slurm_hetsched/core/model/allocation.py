@@ -12,6 +12,7 @@ import numpy as np
 
 from slurm_hetsched.core.model.frozen import frozen_array, frozen_mapping, set_field
 from slurm_hetsched.core.model.placement import Placement
+from slurm_hetsched.core.model.reservation import Reservation
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,6 +44,9 @@ class Allocation:
             share of its GPUs); a job absent is postponed. None for time-fraction policies.
         waiting: policies that admit jobs by price (hadar): job -> why it was not admitted,
             e.g. "price 3.1 > utility 2.4" (its admin comment says so); {} for the others.
+        reservations: reservation policies (oasis): every admitted job's schedule from this
+            round on (core/model/reservation.py), handed back in the next round's
+            `Problem.reservations`; None for the others.
     """
 
     job_ids: tuple[str, ...]
@@ -58,9 +62,12 @@ class Allocation:
     unmet_slos: tuple[str, ...] | None = None
     placements: Mapping[str, Placement] | None = None
     waiting: Mapping[str, str] = field(default_factory=dict)
+    reservations: Mapping[str, Reservation] | None = None
 
     def __post_init__(self) -> None:
         set_field(self, "waiting", frozen_mapping(self.waiting))
+        if self.reservations is not None:
+            set_field(self, "reservations", frozen_mapping(self.reservations))
         shape = (len(self.job_ids), len(self.gpu_types))
         set_field(self, "x", frozen_array(self.x, float, "allocation x", shape))
         if self.placements is not None:
@@ -84,7 +91,9 @@ class Allocation:
         Space sharing adds "packed": [{"jobs": [a, b], "allocation": {type: fraction}}] for
         the pairs with a non-zero rounded share; policies with SLOs add "unmet_slos";
         placement policies add "placement": {job: [{"node", "type", "count"}]}; admission
-        policies add "waiting": {job: why it was not admitted}.
+        policies add "waiting": {job: why it was not admitted}; reservation policies add
+        "schedules": {job: {"slot_s", "utility", "price", "slots": [{"first", "last",
+        "placement"}]}} (slot k covers [k slot_s, (k + 1) slot_s); placement null: paused).
         """
         out: dict[str, Any] = {
             "policy": self.policy,
@@ -119,4 +128,26 @@ class Allocation:
             }
         if self.waiting:
             out["waiting"] = dict(sorted(self.waiting.items()))
+        if self.reservations:  # reservation policies: each admitted job's schedule
+            out["schedules"] = {
+                job: {
+                    "slot_s": r.slot_s,
+                    "utility": round(r.utility, digits),
+                    "price": round(r.price, digits),
+                    "slots": [
+                        {
+                            "first": s.first_slot,
+                            "last": s.last_slot,
+                            "placement": None
+                            if s.placement is None
+                            else [
+                                {"node": g.node, "type": g.gpu_type, "count": g.count}
+                                for g in s.placement.slices
+                            ],
+                        }
+                        for s in r.stretches
+                    ],
+                }
+                for job, r in sorted(self.reservations.items())
+            }
         return out

@@ -25,6 +25,7 @@ from slurm_hetsched.core.model.frozen import (
 )
 from slurm_hetsched.core.model.placement import Placement
 from slurm_hetsched.core.model.problem_fields import check_placement_fields, check_unique
+from slurm_hetsched.core.model.reservation import Reservation
 from slurm_hetsched.core.utility import Utility, default_utility
 
 # Speed-up with more GPUs is sub-linear (ANDREAS): where a job's steps/s at g GPUs is not
@@ -94,6 +95,9 @@ class Problem:
         attained_gpu_s: (n_jobs,) GPU-seconds each job has run so far; None if unknown.
         runnable: derived, (n_jobs, n_types) bool: throughput > 0 and the type has at least
             `num_gpus` GPUs (a job's GPUs are all of one type).
+        reservations: job -> its admitted schedule (core/model/reservation.py), what a
+            reservation policy (oasis) returned last round in `Allocation.reservations`;
+            other policies ignore it. Entries of jobs not in the problem are ignored.
         mixed_gangs: the problem is for a policy that places gangs across types (hadar): a job
             no single type can hold is accepted when the types it runs on hold its GPUs
             together (it then has no runnable type). False for every other policy.
@@ -132,6 +136,7 @@ class Problem:
     throughput_spread: np.ndarray | None = None  # (n_jobs, n_types) steps/s spread over nodes
     attained_gpu_s: np.ndarray | None = None  # (n_jobs,) GPU-s
     mixed_gangs: bool = False
+    reservations: Mapping[str, Reservation] = field(default_factory=lambda: EMPTY)
     runnable: np.ndarray = field(init=False, repr=False, compare=False)  # (n_jobs, n_types) bool
 
     def __post_init__(self) -> None:
@@ -157,6 +162,7 @@ class Problem:
             raise InvalidProblemError(f"job_accounts: {len(accounts)} entries for {n} jobs")
         set_("job_accounts", tuple(accounts))
         set_("accounts", frozen_mapping(self.accounts))
+        set_("reservations", frozen_mapping(self.reservations))
         for name, account in self.accounts.items():
             if account.name != name:
                 raise InvalidProblemError(f"accounts: key {name!r} holds {account.name!r}")

@@ -15,6 +15,7 @@ from slurm_hetsched.core.policies.cost import (
     MaxSumThroughputNormalizedByCostPerf,
     MaxSumThroughputNormalizedByCostPerfSLOs,
 )
+from slurm_hetsched.core.policies.drf import DominantResourceFairness
 from slurm_hetsched.core.policies.exclusive import EdfExclusive, FifoExclusive, PriorityExclusive
 from slurm_hetsched.core.policies.fifo import Fifo, FifoPerf
 from slurm_hetsched.core.policies.finish_time_fairness import (
@@ -24,6 +25,7 @@ from slurm_hetsched.core.policies.finish_time_fairness import (
 from slurm_hetsched.core.policies.hadar import Hadar
 from slurm_hetsched.core.policies.makespan import MinTotalDuration, MinTotalDurationPerf
 from slurm_hetsched.core.policies.max_min_fairness import MaxMinFairness, MaxMinFairnessPerf
+from slurm_hetsched.core.policies.oasis import Oasis
 from slurm_hetsched.core.policies.options import PolicyOption, parse_options
 from slurm_hetsched.core.policies.packing import (
     MaxMinFairnessPacked,
@@ -31,6 +33,7 @@ from slurm_hetsched.core.policies.packing import (
     MinTotalDurationPacked,
     MinTotalDurationPerfPacked,
 )
+from slurm_hetsched.core.policies.risk_reward import RiskReward
 from slurm_hetsched.core.policies.shortest_job_first import ShortestJobFirstPerf
 from slurm_hetsched.core.policies.throughput import MaxSumThroughputPerf
 from slurm_hetsched.core.policies.tiresias import Tiresias
@@ -69,6 +72,9 @@ POLICIES: dict[str, type[Policy]] = {
         PriorityExclusive,
         YarnCapacityScheduler,
         Tiresias,
+        DominantResourceFairness,
+        RiskReward,
+        Oasis,
     )
 }
 

@@ -198,3 +198,34 @@ def test_restart_samples_and_watched_moves_survive_a_reopen(tmp_path: Path) -> N
         assert again.restart_moves() == [], "saving replaces every row"
     finally:
         again.close()
+
+
+def test_oasis_schedules_survive_a_reopen_and_the_rounds_plan_the_same(tmp_path: Path) -> None:
+    """A reservation policy's schedules are in the round record: a controller restarted
+    between rounds (the store reopened) keeps every admitted schedule and plans as one that
+    never stopped."""
+
+    def tick(store):  # type: ignore[no-untyped-def]
+        table = shipped_throughputs()
+        site = SiteData(table, shipped_gpu_types(), shipped_site_energy())
+        clock = SimClock()
+        cluster = SimulatedCluster(_trace(), NODES, table, clock)
+        return Tick(get_policy("oasis"), site, cluster, store, TickSettings()), clock
+
+    memory_tick, memory_clock = tick(MemoryStore())
+    db = tmp_path / "hetsched.sqlite"
+    sqlite_tick, sqlite_clock = tick(SqliteStore(db))
+    for round_ in range(4):
+        sqlite_tick.store = SqliteStore(db)
+        expected = memory_tick.run_round()
+        got = sqlite_tick.run_round()
+        assert got.plan == expected.plan
+        assert got.allocation.reservations == expected.allocation.reservations
+        assert got.allocation.reservations, "oasis admitted nothing"
+        memory_clock.sleep_until((round_ + 1) * 360.0)
+        sqlite_clock.sleep_until((round_ + 1) * 360.0)
+    last = SqliteStore(db).rounds()[-1]
+    assert last.allocation.reservations == expected.allocation.reservations
+    assert record_from_json(record_to_json(last)).allocation.reservations == (
+        last.allocation.reservations
+    )
