@@ -2,7 +2,8 @@
 INFOCOM'18; seed 004_5ffbb9073c5ace4a; notes/astraea-oasis.md sections 9-12, 14): admission by
 completion-time utility against posted prices per node, GPU type and time slot.
 
-Each round (a round falls in a slot of `slot_s`; the horizon is `horizon` slots from it):
+Each round (the slot of `slot_s` nearest the round, taken to start at the round; the horizon
+is `horizon` slots from it):
 
 1. The schedules admitted before (`Problem.reservations`) hold their GPUs in the horizon's
    slots; each (node, type, slot) is priced L (U/L)^(held/capacity) (oasis_prices.py, U and L
@@ -88,7 +89,7 @@ class Oasis:
             ),
             "horizon": PolicyOption(
                 f"slots priced ahead (default {DEFAULT_HORIZON}); work beyond them goes on "
-                "at the last slot's prices",
+                "at no less than the last slot's prices",
                 DEFAULT_HORIZON,
                 parse_count,
             ),
@@ -162,7 +163,7 @@ class Oasis:
         ]  # fmt: skip
         slot = current_slot(problem.now_s, self.slot_s)
         units = units_of(problem)
-        horizon_end = (slot + self.horizon) * self.slot_s
+        horizon_end = problem.now_s + self.horizon * self.slot_s  # the book's, from now
         worths = [worth(v, self.slot_s, problem.now_s, horizon_end) for v in views]
         bounds = self.fixed_bounds or estimate_bounds(
             worths, problem.n_types, timespan(worths, self.horizon), max(int(sum(units.free)), 1),
@@ -209,15 +210,20 @@ class Oasis:
             else:
                 waiting[job_id] = f"price={found.price:.3g}>utility={found.utility:.3g}"
         # After the arrivals (they come first): admitted jobs paused now may take GPUs left
-        # idle in this slot.
+        # idle in this slot. Not a job planned to end past the horizon: its tail goes on at
+        # the last slot's configuration, so a sooner schedule is rarely there to find, and a
+        # programme for each such job each round costs as much as all the admissions.
         for m in paused:
             job_id = problem.job_ids[m]
             idle = book.idle_now()
-            if kept[job_id].placement_at(slot) is None and any(
+            reservation = kept[job_id]
+            if reservation.placement_at(slot) is not None or reservation.completion_s > horizon_end:
+                continue
+            if any(
                 idle.get(c, 0) >= size for size, rates in views[m].sizes()
                 for c, rate in enumerate(rates) if rate > 0
             ):  # fmt: skip
-                kept[job_id] = self._sooner(views[m], kept[job_id], book, problem)
+                kept[job_id] = self._sooner(views[m], reservation, book, problem)
         return _allocation(problem, kept, waiting, slot, self.name)
 
     def _sooner(
@@ -284,8 +290,8 @@ def payoff_bound(view: JobView, book: Book) -> tuple[float, float, float]:
     """An upper bound on the job's payoff, cheap enough for every waiting job every round: for
     each configuration and end slot, its utility then minus the least price of the whole
     slots its run needs among those before (its GPUs the cheapest of the type over all nodes, no
-    restart, no limit on changes:
-    the true schedule can only cost more or end later). Returns (bound, utility, least
+    restart, no limit on changes; past the horizon the last slot's least price: the true
+    schedule can only cost more or end later). Returns (bound, utility, least
     price) at the best configuration and end slot."""
     best = (-math.inf, 0.0, math.inf)
     ends = book.slot_ends
@@ -299,7 +305,7 @@ def payoff_bound(view: JobView, book: Book) -> tuple[float, float, float]:
             if needed <= book.slots:
                 t = np.arange(needed - 1, book.slots)
                 prices = least[t, needed]
-            else:  # past the horizon: every slot, then the last slot's price
+            else:  # past the horizon: every slot, then at least the last slot's price
                 t = np.array([book.slots - 1])
                 prices = least[t, book.slots] + (needed - book.slots) * cheapest[-1]
             for end, price in zip(t, prices, strict=True):

@@ -48,9 +48,10 @@ class Book:
         self.base_price = np.array([bounds.lower[c] for c in units.columns])
         self.held = np.tile(self.base_held, (slots, 1))
         self.price = np.tile(self.base_price, (slots, 1))
-        self.slot_ends = (first_slot + 1 + np.arange(slots)) * slot_s
+        # The current slot starts now (current_slot): this round's placement holds until
+        # the next round, a slot later when the slot is the round.
+        self.slot_ends = now_s + (1 + np.arange(slots)) * slot_s
         self.usable_s = np.full(slots, slot_s)
-        self.usable_s[0] = max(self.slot_ends[0] - now_s, 0.0)
         self._least: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = {}
 
     def _ensure(self, rows: int) -> None:
@@ -221,8 +222,14 @@ class Book:
 
 
 def current_slot(now_s: float, slot_s: float) -> int:
-    """The slot holding `now_s` (a time on a slot's boundary starts that slot)."""
-    return math.floor(now_s / slot_s + 1e-9)
+    """The slot whose start on the grid of `slot_s` is nearest `now_s`; the book takes it to
+    start now. Rounds come a round apart at a phase of their own (the controller's start, the
+    simulator's jump over an idle gap): a slot taken to start at its grid time would give the
+    round's decision a sliver of the slot and the next slot's work to a placement it no
+    longer holds. Re-anchored at each round, a slot of one round is exactly the round; a
+    phase that drifts (rounds that overran) past half a slot skips one slot (those schedules
+    fall behind and are planned again)."""
+    return math.floor(now_s / slot_s + 0.5)
 
 
 def kept_reservations(

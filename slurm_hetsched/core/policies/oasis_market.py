@@ -52,13 +52,16 @@ class Market:
         units = [u for u, _ in take]
         counts = np.array([n for _, n in take])
         block = slice(self.horizon, self.horizon + inside)
-        per_slot = self.price[block][:, units] @ counts
+        # Never below the last slot's prices: past the horizon nobody has reserved yet, and
+        # prices at L there would have every long job wait for the horizon's end.
+        last = self.price[self.horizon - 1, units]
+        per_slot = np.maximum(self.price[block][:, units], last[None, :]) @ counts
         fits = (self.free[block][:, units] >= counts).all(axis=1)
         prefix = np.concatenate([[0.0], np.cumsum(per_slot)])
         broken = np.flatnonzero(~fits)
         if broken.size:
             prefix[broken[0] + 1 :] = math.inf
-        beyond_price = float(self.base_price[units] @ counts)
+        beyond_price = float(np.maximum(self.base_price[units], last) @ counts)
         beyond_fits = bool((self.base_free[units] >= counts).all())
         cost = prefix[np.minimum(wanted, inside)]
         past = np.maximum(wanted - inside, 0)

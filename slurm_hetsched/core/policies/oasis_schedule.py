@@ -185,8 +185,8 @@ def _pinned(
 ) -> list[Take | None]:
     """Per slot the GPUs: each stretch of one configuration on the takes cheapest over the
     whole stretch among those its slots chose (and the current GPUs), when one is free in
-    all of them and at least as fast (the last stretch also in the `tail` slots past the
-    horizon); else slot by slot as the programme chose."""
+    all of them and as fast as the fastest of them (the last stretch also in the `tail` slots
+    past the horizon); else slot by slot as the programme chose."""
     takes: list[Take | None] = [
         None if s < 2 else options[t][s - 2].take  # type: ignore[union-attr]
         for t, s in enumerate(states)
@@ -201,7 +201,9 @@ def _pinned(
             end += 1
         slots = range(t, end + 1)
         chosen = [options[s][states[s] - 2] for s in slots]
-        slowest = min(o.rate for o in chosen if o is not None)
+        # As fast as the fastest slot the programme counted: a stretch pinned to GPUs spread
+        # over nodes where it counted a whole node would fall behind its schedule.
+        fastest = max(o.rate for o in chosen if o is not None)
         candidates = {o.take for o in chosen if o is not None}
         if current is not None and t == 0:
             candidates.add(current)
@@ -209,7 +211,7 @@ def _pinned(
             c
             for c in candidates
             if all(all(market.free[s][u] >= n for u, n in c) for s in slots)
-            and _rate(options, slots, states, c) >= slowest
+            and _rate(options, slots, states, c) >= fastest
             and (end < len(states) - 1 or math.isfinite(market.tail_costs(c, tail)[0]))
         ]
         if fits:

@@ -14,7 +14,7 @@ from scipy.optimize import Bounds, LinearConstraint, milp
 
 from slurm_hetsched.core.model import Node, Problem
 from slurm_hetsched.core.policies.hadar_alloc import JobView, Units, units_of
-from slurm_hetsched.core.policies.oasis_book import Book
+from slurm_hetsched.core.policies.oasis_book import Book, current_slot
 from slurm_hetsched.core.policies.oasis_market import Market
 from slurm_hetsched.core.policies.oasis_prices import JobWorth, PriceBounds, estimate_bounds
 from slurm_hetsched.core.policies.oasis_programme import Tables
@@ -255,9 +255,9 @@ def test_book_holds_a_tail_past_the_horizon_and_prices_it() -> None:
     market = book.market()
     assert market.free.shape[0] == 4 and (market.free[:, 0] == 1).all()
     assert market.price[3, 0] == pytest.approx(bounds.price(1, 1, 2))
-    assert market.tail_costs(((0, 1),), 3)[0] == pytest.approx(
-        2 * bounds.price(1, 1, 2) + bounds.price(1, 0, 2)
-    )
+    # past the horizon never below the last slot's price (one of two held there): the two
+    # rows the tail holds, then a slot nobody holds, at that price too
+    assert market.tail_costs(((0, 1),), 3)[0] == pytest.approx(3 * bounds.price(1, 1, 2))
     assert math.isinf(market.tail_costs(((0, 2),), 1)[0])  # one GPU is held there
 
 
@@ -275,3 +275,42 @@ def test_gpus_outside_our_control_are_not_part_of_the_market() -> None:
     assert found is not None
     book.hold(book.reservation("j", found))
     assert book.market().price[0, 0] == pytest.approx(bounds.price(1, 1, 2))
+
+
+def test_a_round_late_in_its_slot_plans_from_now_with_a_whole_slot() -> None:
+    """Rounds come at a phase of their own: the slot nearest the round is taken to start at
+    it, so a round 300 s into a grid slot of 360 s neither gets a 60-s sliver nor runs the
+    next slot's work on this round's placement."""
+    assert current_slot(300.0, 360.0) == 1 and current_slot(100.0, 360.0) == 0
+    units = _units((Node("a", {"v100": 1}),))
+    bounds = PriceBounds(upper=(10.0, 10.0), lower=(0.1, 0.1))
+    book = Book(units, TYPES, bounds, first_slot=1, slots=3, slot_s=360.0, now_s=300.0)
+    market = book.market()
+    assert list(market.usable_s) == [360.0] * 3
+    assert list(market.slot_ends) == [660.0, 1020.0, 1380.0]
+    job = _job((0.0, 1.0), 360.0, Utility("sigmoid", 50.0, 3600.0, 1.0))
+    found = best_schedule(job, market, granularity=4, max_changes=0)
+    assert found is not None and found.takes[0] == ((0, 1),)  # runs now, done in one slot
+    assert found.completion_s == pytest.approx(660.0)
+
+
+def test_a_stretch_is_never_pinned_to_gpus_slower_than_the_programme_counted() -> None:
+    """A 2-GPU job runs slot 0 on a whole node (rate 1) and slot 1 spread over two nodes (rate
+    0.5), 12 work units in all. GPUs spread over both nodes are free in both slots and cheaper,
+    but pinned there slot 0 would do half its work and the job would overrun its schedule."""
+    units = _units((Node("a", {"v100": 2}), Node("b", {"v100": 2})))
+    a, b = (units.nodes.index(n) for n in ("a", "b"))
+    free = np.zeros((2, len(units.nodes)), dtype=np.int64)
+    free[0, [a, b]] = (2, 1)
+    free[1, [a, b]] = (1, 1)
+    price = np.ones((2, len(units.nodes)))
+    price[0, a] = 5.0
+    market = Market(
+        units, free, price, np.full(2, 360.0), np.array([360.0, 720.0]), 360.0, horizon=2,
+        base_free=np.full(len(units.nodes), 2), base_price=np.ones(len(units.nodes)),
+    )  # fmt: skip
+    job = _job((0.0, 1.0), 540.0, Utility("deadline", 50.0, 720.0), num_gpus=2)
+    found = best_schedule(job, market, granularity=12, max_changes=2)
+    assert found is not None and found.tail_slots == 0
+    assert found.takes[0] == ((a, 2),)  # the whole node the programme counted
+    assert found.takes[1] == tuple(sorted(((a, 1), (b, 1))))
