@@ -47,7 +47,8 @@ from slurm_hetsched.core.policies.hadar_alloc import (
     units_of,
 )
 from slurm_hetsched.core.policies.oasis_book import Book, current_slot, kept_reservations
-from slurm_hetsched.core.policies.oasis_prices import JobWorth, PriceBounds, estimate_bounds
+from slurm_hetsched.core.policies.oasis_bound import payoff_bound, timespan, worth
+from slurm_hetsched.core.policies.oasis_prices import PriceBounds, estimate_bounds
 from slurm_hetsched.core.policies.oasis_schedule import Schedule, best_schedule
 from slurm_hetsched.core.policies.options import (
     PolicyOption,
@@ -55,6 +56,7 @@ from slurm_hetsched.core.policies.options import (
     parse_fraction,
     parse_non_negative,
     parse_seed,
+    parse_slack,
 )
 from slurm_hetsched.core.round_options import DEFAULT_RESTART_S
 from slurm_hetsched.core.utility import UMAX_MAX
@@ -66,6 +68,12 @@ DEFAULT_MAX_CHANGES = 2
 # U and L times this: both papers found underestimating them better than overestimating
 # under load (notes section 14, item 10); 0.8 is the underestimate Astraea tried.
 DEFAULT_BIAS = 0.8
+# L is at least this x U. The paper's L (eq. (24)) is the least utility per GPU-slot of any job
+# finishing at the horizon's end: ~0 for a time-critical sigmoid, which priced a GPU at ~0
+# until its type was nearly full, so the first jobs took the fast GPUs whatever they were
+# worth. Swept on benchmarks/oasis.py (docs/simulation.md): 1e-9 -> 3e-4 raised total utility
+# at 32 jobs/h by 6-8%; 1e-3 was lower at every rate but one.
+DEFAULT_FLOOR = 3e-4
 
 
 class Oasis:
@@ -109,6 +117,12 @@ class Oasis:
                 DEFAULT_BIAS,
                 parse_fraction,
             ),
+            "floor": PolicyOption(
+                f"the least price L is at least this x U (default {DEFAULT_FLOOR:g}; the "
+                "paper's own L is ~0 for time-critical utilities)",
+                DEFAULT_FLOOR,
+                parse_slack,
+            ),
             "max_utility": PolicyOption(
                 "the most any job's utility counts for (default 1e6, the spec's own bound)",
                 UMAX_MAX,
@@ -132,6 +146,7 @@ class Oasis:
         bias: float = DEFAULT_BIAS,
         max_utility: float = UMAX_MAX,
         restart_s: float = DEFAULT_RESTART_S,
+        floor: float = DEFAULT_FLOOR,
         fixed_bounds: PriceBounds | None = None,
     ) -> None:
         """Args: the options (see `options`); fixed_bounds: U and L per type to use instead
@@ -143,7 +158,7 @@ class Oasis:
         self.slot_s, self.horizon, self.granularity = float(slot_s), horizon, granularity
         self.max_changes, self.bias = max_changes, bias
         self.max_utility, self.restart_s = max_utility, restart_s
-        self.fixed_bounds = fixed_bounds
+        self.floor, self.fixed_bounds = floor, fixed_bounds
 
     def allocate(self, problem: Problem) -> Allocation:
         """The round's placements and the schedules in force (module docstring).
@@ -167,7 +182,7 @@ class Oasis:
         worths = [worth(v, self.slot_s, problem.now_s, horizon_end) for v in views]
         bounds = self.fixed_bounds or estimate_bounds(
             worths, problem.n_types, timespan(worths, self.horizon), max(int(sum(units.free)), 1),
-            self.bias,
+            self.bias, self.floor,
         )  # fmt: skip
         book = Book(units, problem.gpu_types, bounds, slot, self.horizon, self.slot_s,
                     problem.now_s)  # fmt: skip
@@ -224,7 +239,33 @@ class Oasis:
                 for c, rate in enumerate(rates) if rate > 0
             ):  # fmt: skip
                 kept[job_id] = self._sooner(views[m], reservation, book, problem)
+        if not book.busy_now():
+            self._admit_on_idle(views, order, kept, waiting, book, problem)
         return _allocation(problem, kept, waiting, slot, self.name)
+
+    def _admit_on_idle(
+        self,
+        views: list[JobView],
+        order: list[int],
+        kept: dict[str, Reservation],
+        waiting: dict[str, str],
+        book: Book,
+        problem: Problem,
+    ) -> None:
+        """Ours: with no GPU reserved in this slot, the first job held for its price (arrival
+        order) is admitted on its best schedule whatever its payoff, this slot's GPUs counted
+        free. A job worth less than the floor price L of its run would otherwise wait on an
+        idle cluster for ever; one job a round, so prices still decide between the others."""
+        for m in order:
+            job_id = problem.job_ids[m]
+            if not waiting.get(job_id, "").startswith("price="):
+                continue
+            found = self._plan(views[m], book, problem, idle_now_free=True)
+            if found is not None and found.takes and found.takes[0] is not None:
+                kept[job_id] = book.reservation(job_id, found)
+                book.hold(kept[job_id])
+                del waiting[job_id]
+                return
 
     def _sooner(
         self, view: JobView, reservation: Reservation, book: Book, problem: Problem
@@ -257,69 +298,6 @@ class Oasis:
             max_changes=self.max_changes,
             current=current,
         )
-
-
-def timespan(worths: list[JobWorth], horizon: int) -> int:
-    """OASiS's T in slots: the horizon, or the longest job's shortest run if longer (eq.
-    (26)'s eta assumes every job fits in T)."""
-    runs = [min(w.gpu_slots) / w.gpus for w in worths if math.isfinite(min(w.gpu_slots))]
-    return max(horizon, math.ceil(max(runs, default=0.0)))
-
-
-def worth(view: JobView, slot_s: float, now_s: float, horizon_end_s: float) -> JobWorth:
-    """What the price bounds need of a job (oasis_prices.JobWorth)."""
-    fastest = max((max(rates) * 1.0 for _, rates in view.sizes()), default=0.0)
-    best = view.utility.value(now_s + view.steps / fastest, view.arrival_s) if fastest > 0 else 0.0
-    slots = []
-    for column in range(len(view.rate)):
-        runs = [
-            size * math.ceil(view.steps / (rates[column] * slot_s) - 1e-9)
-            for size, rates in view.sizes()
-            if rates[column] > 0
-        ]
-        slots.append(float(min(runs)) if runs and view.steps > 0 else math.inf)
-    return JobWorth(
-        gpus=view.num_gpus,
-        best_utility=best,
-        late_utility=view.utility.value(horizon_end_s, view.arrival_s),
-        gpu_slots=tuple(slots),
-    )
-
-
-def payoff_bound(view: JobView, book: Book) -> tuple[float, float, float]:
-    """An upper bound on the job's payoff, cheap enough for every waiting job every round: for
-    each configuration and end slot, its utility then minus the least price of the whole
-    slots its run needs among those before (its GPUs the cheapest of the type over all nodes, no
-    restart, no limit on changes; past the horizon the last slot's least price: the true
-    schedule can only cost more or end later). Returns (bound, utility, least
-    price) at the best configuration and end slot."""
-    best = (-math.inf, 0.0, math.inf)
-    ends = book.slot_ends
-    worth_at: dict[int, float] = {}
-    for size, rates in view.sizes():
-        for column, rate in enumerate(rates):
-            if rate <= 0:
-                continue
-            needed = math.ceil(view.steps / (rate * book.slot_s) - 1e-9)
-            least, cheapest = book.least_prices(column, size)
-            if needed <= book.slots:
-                t = np.arange(needed - 1, book.slots)
-                prices = least[t, needed]
-            else:  # past the horizon: every slot, then at least the last slot's price
-                t = np.array([book.slots - 1])
-                prices = least[t, book.slots] + (needed - book.slots) * cheapest[-1]
-            for end, price in zip(t, prices, strict=True):
-                if not math.isfinite(price):
-                    continue
-                extra = max(needed - book.slots, 0)
-                key = int(end) + extra
-                if key not in worth_at:
-                    when = float(ends[int(end)]) + extra * book.slot_s
-                    worth_at[key] = view.utility.value(when, view.arrival_s)
-                utility = worth_at[key]
-                if utility - price > best[0]:
-                    best = (utility - float(price), utility, float(price))
-    return best
 
 
 def _allocation(
@@ -355,4 +333,4 @@ def _allocation(
     )
 
 
-__all__ = ["Oasis", "PriceBounds", "payoff_bound", "worth"]
+__all__ = ["Oasis", "PriceBounds", "payoff_bound", "timespan", "worth"]

@@ -106,6 +106,10 @@ class Book:
             self._reprice(u)
         self._least.clear()
 
+    def busy_now(self) -> bool:
+        """Whether any schedule holds a GPU in this slot."""
+        return bool(self.held[0].sum() > 0)
+
     def idle_now(self) -> dict[int, int]:
         """GPU type column -> the most GPUs of it free on one node in this slot."""
         idle: dict[int, int] = {}

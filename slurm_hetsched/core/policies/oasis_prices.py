@@ -69,9 +69,15 @@ class JobWorth:
 
 
 def estimate_bounds(
-    jobs: Sequence[JobWorth], n_types: int, horizon_slots: int, total_gpus: int, bias: float = 1.0
+    jobs: Sequence[JobWorth],
+    n_types: int,
+    horizon_slots: int,
+    total_gpus: int,
+    bias: float = 1.0,
+    floor: float = LOWEST_RATIO,
 ) -> PriceBounds:
-    """U and L per type from `jobs` (OASiS's (23)-(26)), both times `bias`.
+    """U and L per type from `jobs` (OASiS's (23)-(26)), both times `bias`; L at least
+    `floor` x U (the paper's own L with the default; the policy's `floor` option raises it).
 
     A type no job can use gets the bounds of the others (its price never matters)."""
     uppers: list[float | None] = []
@@ -94,8 +100,8 @@ def estimate_bounds(
     upper_values = [u if u is not None and u > 0 else default_upper for u in uppers]
     lower_values = []
     for estimate, upper in zip(lowers, upper_values, strict=True):
-        floor = upper * LOWEST_RATIO
-        lower_values.append(min(max(estimate or 0.0, floor), upper))
+        least = upper * max(floor, LOWEST_RATIO)
+        lower_values.append(min(max(estimate or 0.0, least), upper))
     return PriceBounds(
         upper=tuple(u * bias for u in upper_values),
         lower=tuple(lo * bias for lo in lower_values),

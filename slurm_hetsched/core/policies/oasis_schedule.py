@@ -170,10 +170,14 @@ MOST_UNITS_PER_SLOT = 16
 def _unit_steps(steps: float, granularity: int, rates: list[float], market: Market) -> float:
     """Steps per work unit: the job's steps / granularity, but no coarser than its slowest
     usable configuration's work in a slot, and no finer than MOST_UNITS_PER_SLOT per slot of
-    its fastest."""
+    its fastest; then a little finer, so that a slot of its fastest is whole units."""
     works = [r * market.slot_s for r in rates if r > 0]
     unit = min(steps / max(granularity, 1), min(works))
-    return max(unit, max(works) / MOST_UNITS_PER_SLOT)
+    # A whole number of units in a slot of the fastest: rounded there, its slots in the
+    # horizon did less than its tail past the horizon (counted exactly), and a job paused
+    # through the horizon to finish in the tail a slot cheaper.
+    per_slot = min(math.ceil(max(works) / unit - 1e-9), MOST_UNITS_PER_SLOT)
+    return max(works) / per_slot
 
 
 def _pinned(

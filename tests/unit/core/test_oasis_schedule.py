@@ -314,3 +314,19 @@ def test_a_stretch_is_never_pinned_to_gpus_slower_than_the_programme_counted() -
     assert found is not None and found.tail_slots == 0
     assert found.takes[0] == ((a, 2),)  # the whole node the programme counted
     assert found.takes[1] == tuple(sorted(((a, 1), (b, 1))))
+
+
+@pytest.mark.parametrize("steps", [1000.0, 12345.0, 4e6])
+def test_a_slot_of_the_fastest_configuration_is_whole_work_units(steps: float) -> None:
+    """Rounded there, the horizon's slots did less than the tail past it (counted exactly),
+    and a job paused through the horizon to finish in the tail a slot cheaper."""
+    market = Book(_units((Node("a", {"k80": 1}),)), TYPES, PriceBounds((1.0, 1.0), (0.1, 0.1)),
+                  first_slot=0, slots=4, slot_s=360.0, now_s=0.0).market()  # fmt: skip
+    unit = _unit_steps(steps, 100, [1.0, 3.7], market)
+    per_slot = 3.7 * 360.0 / unit
+    assert per_slot == pytest.approx(round(per_slot)) and 1 <= round(per_slot) <= 16
+    asked = max(min(steps / 100, 360.0), 3.7 * 360.0 / 16)  # 1/16 of the fastest's slot at most
+    assert unit <= asked + 1e-9
+    bounds = estimate_bounds([JobWorth(1, 10.0, 0.0, (4.0, 2.0))], 2, 10, 8, floor=0.01)
+    # worth nothing at the horizon's end: the paper's L is 0, the floor gives L = 0.01 U
+    assert bounds.lower == pytest.approx(tuple(0.01 * up for up in bounds.upper))

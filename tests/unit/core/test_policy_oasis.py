@@ -14,6 +14,7 @@ from slurm_hetsched.core.model import Allocation, Node, Problem
 from slurm_hetsched.core.policies import get_policy
 from slurm_hetsched.core.policies.oasis import Oasis
 from slurm_hetsched.core.utility import Utility
+from slurm_hetsched.errors import ConfigError
 
 TYPES = ("k80", "v100")
 SLOT_S = 360.0
@@ -149,3 +150,29 @@ def test_an_elastic_job_may_change_its_gpu_count_within_its_schedule() -> None:
 def test_bad_options_are_refused(bad: dict[str, float]) -> None:
     with pytest.raises(Exception, match=r"oasis|slot_s|bias"):
         get_policy("oasis", bad)
+
+
+def test_a_job_priced_out_by_the_floor_runs_once_no_schedule_holds_a_gpu() -> None:
+    """With L at half of U (`floor`), no job pays for a run of 4 slots. On the idle cluster the
+    first held job (arrival, then row order) is admitted anyway, one a round; the other waits
+    for its price while that one runs, and is admitted once the cluster is idle again."""
+    nodes = (Node("a", {"v100": 1}), Node("b", {"v100": 1}))
+    first_job = ((0.0, 1.0), 4 * SLOT_S, Utility("flat", 100.0))
+    second_job = ((0.0, 1.0), 4 * SLOT_S, Utility("flat", 0.5))
+    jobs = {"first": first_job, "second": second_job}
+    policy = Oasis(slot_s=SLOT_S, horizon=8, floor=0.5)
+    one = policy.allocate(_problem(nodes, jobs))
+    assert set(one.reservations) == {"first"} and "first" in one.placements
+    assert one.waiting["second"].startswith("price=")
+    two = policy.allocate(_problem(nodes, jobs, now_s=SLOT_S, last=one))
+    assert set(two.reservations) == {"first"} and two.waiting["second"].startswith("price=")
+    # The first job is done: nothing holds a GPU now.
+    three = policy.allocate(_problem(nodes, {"second": second_job}, now_s=2 * SLOT_S, last=two))
+    assert "second" in three.placements and "second" not in three.waiting
+
+
+def test_the_floor_option_raises_the_least_price() -> None:
+    policy = get_policy("oasis", {"floor": 0.01})
+    assert isinstance(policy, Oasis) and policy.floor == 0.01
+    with pytest.raises(ConfigError, match="floor"):
+        get_policy("oasis", {"floor": 1.0})
