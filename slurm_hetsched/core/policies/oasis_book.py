@@ -89,9 +89,8 @@ class Book:
     def price_of(self, reservation: Reservation) -> float:
         """What `reservation`'s slots from the first on cost at the prices now (itself not
         held)."""
-        charged = self._charged()
         return sum(
-            float(charged[low : high + 1, u].sum()) * n
+            float(self.price[low : high + 1, u].sum()) * n
             for low, high, take in self._runs(reservation)
             for u, n in take or ()
         )
@@ -127,14 +126,11 @@ class Book:
         if key not in self._least:
             mine = [u for u, c in enumerate(self.units.columns) if c == column]
             free = self.capacity[mine][None, :] - self.held[: self.slots, mine]
-            charged = self._charged()
             if size == 1 or not mine:
-                prices = charged[: self.slots, mine]
+                prices = self.price[: self.slots, mine]
                 cheapest = np.where(free >= 1, prices, np.inf).min(axis=1, initial=np.inf)
             else:
-                cheapest = np.array(
-                    [self._cheapest(t, mine, size, charged) for t in range(self.slots)]
-                )
+                cheapest = np.array([self._cheapest(t, mine, size) for t in range(self.slots)])
             slots = self.slots
             upto = np.where(np.tri(slots, dtype=bool), cheapest[None, :], np.inf)
             ordered = np.sort(upto, axis=1)
@@ -142,11 +138,11 @@ class Book:
             self._least[key] = (sums, cheapest)
         return self._least[key]
 
-    def _cheapest(self, t: int, mine: list[int], size: int, charged: np.ndarray) -> float:
+    def _cheapest(self, t: int, mine: list[int], size: int) -> float:
         """The least price of `size` free GPUs among units `mine` in slot t, over nodes if
         need be (a lower bound on both a whole node and a spread gang)."""
         free = self.capacity[mine] - self.held[t, mine]
-        price = charged[t, mine]
+        price = self.price[t, mine]
         need, total = size, 0.0
         for i in np.argsort(price, kind="stable"):
             count = min(need, int(free[i]))
@@ -156,18 +152,11 @@ class Book:
                 return total
         return math.inf
 
-    def _charged(self) -> np.ndarray:
-        """The prices a reservation pays: this slot's in proportion to the time left of it (a
-        job starting mid-slot must not be better off waiting for the next one)."""
-        price = self.price.copy()
-        price[0] *= self.usable_s[0] / self.slot_s
-        return price
-
     def market(self, idle_now_free: bool = False) -> Market:
         """The slots as a job sees them (its own GPUs not yet held); with `idle_now_free`,
         this slot's GPUs nobody reserved cost nothing (unused, they are lost)."""
         free = np.maximum(self.capacity[None, :] - self.held, 0)
-        price = self._charged()
+        price = self.price.copy()
         if idle_now_free:
             price[0] = 0.0
         base_free = np.maximum(self.capacity - self.base_held, 0)

@@ -22,7 +22,8 @@ class Market:
         units: the cluster's (node, GPU type) units.
         free: (rows, units) GPUs free for this job in each slot, rows >= horizon.
         price: (rows, units) price of one GPU for one slot.
-        usable_s: (horizon,) seconds of each slot left to run (the first may be partial).
+        usable_s: (horizon,) seconds of each slot to run (the book's are whole: its first slot
+            starts at the round).
         slot_ends: (horizon,) when each slot ends, on the problem's clock.
         slot_s: the slot length (the tail beyond the horizon is counted in whole slots).
         horizon: the slots the dynamic programme plans one by one.
