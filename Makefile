@@ -28,13 +28,16 @@ $(SPANK_SO): spank/hetsched_spank.c spank/Makefile | setup
 
 # Which dev cluster `up`, `down`, `status` and `test-slurm` use: system (this machine's Slurm,
 # 22.05 on Debian 12) or sid (the newest Slurm of Debian sid, in a chroot: docs/devcluster-sid.md).
+# The system one runs with Slurm accounting (slurmdbd, accounts with GPU quotas: docs/devcluster.md,
+# "Accounting"), which tests/integration/test_accounting.py needs; the sid one has none.
 SLURM ?= system
-UP_ARGS = $(if $(filter sid,$(SLURM)),--slurm sid,--slurm system --spank $(SPANK_SO))
+SYSTEM_UP_ARGS = --slurm system --spank $(SPANK_SO) --accounting
+UP_ARGS = $(if $(filter sid,$(SLURM)),--slurm sid,$(SYSTEM_UP_ARGS))
 
 # The whole suite: brings both dev clusters up, runs the unit tests, then the integration and
 # end-to-end tests against both Slurm versions side by side, and stops both clusters again.
 test: setup $(SPANK_SO)
-	$(HETSCHED) devcluster up --slurm system --spank $(SPANK_SO)
+	$(HETSCHED) devcluster up $(SYSTEM_UP_ARGS)
 	$(HETSCHED) devcluster up --slurm sid
 	CI=$${CI:-}; status=0; \
 	tests/both_slurms.sh $(HETSCHED) $(BIN)/python $(PYTEST_ARGS) || status=$$?; \

@@ -1,5 +1,5 @@
-"""The commands around the live controller: `controller`, `rounds`, `status`, `handback` and
-`watchdog`, their arguments and the controller config they all read."""
+"""The commands around the live controller: `controller`, `rounds`, `status`, `tenants`,
+`handback` and `watchdog`, their arguments and the controller config they all read."""
 
 from __future__ import annotations
 
@@ -134,6 +134,26 @@ def status_command(args: argparse.Namespace) -> int:
     from slurm_hetsched.controller.commands import show_status
 
     return show_status(_load_controller_config(args), out=sys.stdout)
+
+
+def add_tenants(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser(
+        "tenants",
+        help="print each account's GPU quota, borrowing, lending, payments and fairness",
+        description=(
+            "Tenant policies (astraea): per Slurm account, its GPU quota per type, the GPUs "
+            "its jobs hold now, GPU-hours borrowed from and lent to other accounts, what it "
+            "paid and received (credits), and its revenue fairness ratio alpha. Read-only: "
+            "reads the controller's store (docs/admin.md, \"Tenants and quotas\")."
+        ),
+    )
+    _add_config(p)
+
+
+def tenants_command(args: argparse.Namespace) -> int:
+    from slurm_hetsched.controller.commands import show_tenants
+
+    return show_tenants(_load_controller_config(args), out=sys.stdout)
 
 
 def add_handback(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

@@ -70,6 +70,8 @@ def add_devcluster(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> 
         "install",
         help="only install Slurm, its headers and munge from Debian's packages if missing",
     )
+    for action in (up, install):
+        _add_accounting_choice(action)
     down = actions.add_parser("down", help="cancel all jobs and stop the daemons this tool started")
     status = actions.add_parser("status", help="print nodes, GPU types and jobs")
     env = actions.add_parser(
@@ -77,6 +79,18 @@ def add_devcluster(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> 
     )
     for action in (up, install, down, status, env):
         _add_slurm_choice(action)
+
+
+def _add_accounting_choice(action: argparse.ArgumentParser) -> None:
+    action.add_argument(
+        "--accounting",
+        action="store_true",
+        default=None,
+        help="with --slurm system only: also install (slurmdbd, mariadb-server) and, for `up`, "
+        "run Slurm accounting: a private MariaDB and slurmdbd in the cluster's folder, with "
+        "accounts acct-a, acct-b (GPU quotas as GrpTRES, not enforced) and acct-c "
+        "(docs/devcluster.md). Without it `up` keeps what the last `up` chose until a `down`",
+    )
 
 
 def _add_slurm_choice(action: argparse.ArgumentParser) -> None:
@@ -113,19 +127,26 @@ def devcluster_command(args: argparse.Namespace) -> int:
         return _sid_command(args, config, folder.resolve())
     cluster = DevCluster(config, folder.resolve())
     env = [f"export SLURM_CONF={shlex.quote(str(cluster.slurm_conf))}"]
-    return _act(
-        args.action, cluster, lambda: cluster.up(spank_plugins=args.spank, clean=args.clean), env
-    )
+    accounting = getattr(args, "accounting", None)
+
+    def up() -> str:
+        return cluster.up(spank_plugins=args.spank, clean=args.clean, accounting=accounting)
+
+    return _act(args.action, cluster, up, env, lambda: cluster.install(accounting=bool(accounting)))
 
 
 def _act(
-    action: str, cluster: DevCluster | SidCluster, up: Callable[[], str], env: list[str]
+    action: str,
+    cluster: DevCluster | SidCluster,
+    up: Callable[[], str],
+    env: list[str],
+    install: Callable[[], str] | None = None,
 ) -> int:
-    """Run one action on either Slurm's cluster and print what it reports; `up` and `env`
-    (the shell lines that point Slurm's commands at it) are each cluster's own."""
+    """Run one action on either Slurm's cluster and print what it reports; `up`, `env` (the
+    shell lines that point Slurm's commands at it) and `install` are each cluster's own."""
     steps: dict[str, Callable[[], str]] = {
         "up": up,
-        "install": cluster.install,
+        "install": install or cluster.install,
         "down": cluster.down,
         "status": cluster.status,
         "env": lambda: "\n".join(env),
@@ -151,6 +172,11 @@ def _sid_command(args: argparse.Namespace, config: DevClusterConfig, folder: Pat
     from slurm_hetsched.errors import DevClusterError
 
     cluster = SidCluster(config, folder, args.chroot)
+    if getattr(args, "accounting", None):
+        raise DevClusterError(
+            "--accounting is only for the system Slurm's dev cluster (--slurm system): the sid "
+            "cluster runs without slurmdbd (docs/devcluster.md, 'Accounting')"
+        )
     if args.action == "up":
         if args.spank:
             raise DevClusterError(

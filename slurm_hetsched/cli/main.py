@@ -16,11 +16,13 @@ from slurm_hetsched.cli.controller import (
     add_handback,
     add_rounds,
     add_status,
+    add_tenants,
     add_watchdog,
     controller_command,
     handback_command,
     rounds_command,
     status_command,
+    tenants_command,
     watchdog_command,
 )
 from slurm_hetsched.cli.devcluster import add_devcluster, devcluster_command
@@ -47,6 +49,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_controller(sub)
     add_rounds(sub)
     add_status(sub)
+    add_tenants(sub)
     add_handback(sub)
     add_watchdog(sub)
     add_devcluster(sub)
@@ -62,6 +65,7 @@ _RUNNERS = {
     "controller": controller_command,
     "rounds": rounds_command,
     "status": status_command,
+    "tenants": tenants_command,
     "handback": handback_command,
     "watchdog": watchdog_command,
     "profile": profile_command,

@@ -6,7 +6,9 @@ the round the job's target last changed, the target (type x count @ nodes), its 
 shares (a type marked `~`, as in `a100~:.39`, is one where the job's speed is an estimate, not
 yet measured), the priority it was chosen with, and why. A job the controller re-submitted
 (a move across GPU types or nodes) ends with the job it replaced: `... moved:k80->v100+k80
-was=35`, kept by every later comment of that job.
+was=35`, kept by every later comment of that job. A job running on GPUs borrowed from other
+accounts (tenant policies, astraea) says from whom and at what rate: `... started borrowed
+v100x2 from acct-a 5.3/h`.
 
 Only admins can set an admin comment, so users cannot forge it. It is written only when its
 stable part (target, shares, reason) changed, so a round costs one `scontrol update` per job
@@ -18,7 +20,7 @@ from __future__ import annotations
 import re
 from collections.abc import Collection, Mapping
 
-from slurm_hetsched.core.model import Placement
+from slurm_hetsched.core.model import POOL_OWNER, Payment, Placement
 
 PREFIX = "hetsched"
 _MAX_LENGTH = 250
@@ -32,6 +34,18 @@ def describe_target(placement: Placement | None) -> str:
     if placement is None:
         return "-"
     return "+".join(f"{s.gpu_type}x{s.count}@{s.node}" for s in placement.slices)
+
+
+def describe_borrowing(payment: Payment | None) -> str:
+    """'borrowed v100x2 from acct-a 5.3/h' (lenders by their part, largest first; the pool's
+    GPUs as 'cluster'; the rate to two figures, so small price moves do not rewrite it), or
+    '' for a job that borrows nothing."""
+    if payment is None or not payment.borrowed:
+        return ""
+    gpus = ",".join(f"{t}x{n}" for t, n in sorted(payment.borrowed.items()))
+    owners = sorted(payment.lent, key=lambda o: (-payment.lent[o], o)) or [POOL_OWNER]
+    lenders = "+".join("cluster" if o == POOL_OWNER else o for o in owners)
+    return f"borrowed {gpus} from {lenders} {payment.per_hour:.2g}/h"
 
 
 def describe_share(share: Mapping[str, float], estimated: Collection[str] = ()) -> str:

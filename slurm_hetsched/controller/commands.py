@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import sys
 from datetime import datetime
@@ -9,7 +10,7 @@ from pathlib import Path
 from typing import TextIO
 
 from slurm_hetsched.controller.admin_comment import describe_share, describe_target
-from slurm_hetsched.controller.config import ConfigError, ControllerConfig
+from slurm_hetsched.controller.config import ConfigError, ControllerConfig, effective_quotas
 from slurm_hetsched.controller.dry_run import DryRunController
 from slurm_hetsched.controller.enact import EnactSettings
 from slurm_hetsched.controller.fork_tracker import ForkSettings
@@ -23,6 +24,7 @@ from slurm_hetsched.controller.service import (
     ServiceSettings,
     SingleControllerLock,
 )
+from slurm_hetsched.core.model.accounts import accounts_with
 from slurm_hetsched.errors import HetschedError, SlurmError
 from slurm_hetsched.slurm.backend import CliSlurmBackend
 from slurm_hetsched.slurm.cli import SlurmCli
@@ -42,10 +44,17 @@ def service_settings(config: ControllerConfig) -> ServiceSettings:
             "no job has them: %s",
             ", ".join(map(repr, unknown)),
         )
+    read_quotas = None
+    if config.quotas_from == "slurm":
+        cli = _cli(config)
+        read_quotas = lambda: effective_quotas(config, cli)  # noqa: E731  # each round
+    elif config.tenant_quotas:
+        site = dataclasses.replace(site, accounts=accounts_with(effective_quotas(config)))
     return ServiceSettings(
         policy=config.policy,
         policy_options=dict(config.policy_options),
         site=site,
+        read_quotas=read_quotas,
         tick=config.tick_settings(),
         store_path=config.store,
         lock_path=config.lock_path,
@@ -286,3 +295,23 @@ def _where(config: ControllerConfig) -> str:
 
 def store_path_hint(path: Path) -> str:
     return f"{path} (set controller.store in the config)"
+
+
+def show_tenants(config: ControllerConfig, *, out: TextIO) -> int:
+    """Per account: quota, GPUs in use, GPU-hours borrowed and lent, payments, credits and
+    the revenue fairness ratio (controller/tenants_report.py). Reads the store only."""
+    from slurm_hetsched.controller.tenants_report import format_tenants
+
+    if not config.store.exists():
+        raise ConfigError(f"no rounds recorded yet: {config.store} does not exist")
+    try:
+        quotas = effective_quotas(config, _cli(config))
+    except (HetschedError, OSError) as exc:  # the ledger still reads without them
+        logger.warning("tenant quotas not read: %s", exc)
+        quotas = {}
+    store = SqliteStore(config.store)
+    try:
+        print(format_tenants(quotas, store.ledger(), store.rounds()), file=out)
+    finally:
+        store.close()
+    return 0

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import logging
 import tomllib
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -28,6 +29,15 @@ from slurm_hetsched.core.throughput.prior import with_estimates
 from slurm_hetsched.errors import ConfigError as _BaseConfigError
 from slurm_hetsched.errors import HetschedError
 from slurm_hetsched.rounds.tick import TickSettings
+from slurm_hetsched.slurm.accounts import (
+    CommandRunner,
+    limits_warning,
+    read_config,
+    read_quotas,
+    unknown_types,
+)
+
+logger = logging.getLogger(__name__)
 
 
 class ConfigError(_BaseConfigError, ValueError):
@@ -87,6 +97,9 @@ class ControllerConfig:
     restart_s_by_class: Mapping[str, float] = field(default_factory=dict)
     # [watchdog]
     watchdog_after_s: float | None = None  # default: watchdog_after()
+    # [tenants]: "config" (tenant_quotas) or "slurm" (each account's GrpTRES); effective_quotas
+    quotas_from: str = "config"
+    tenant_quotas: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
     # [testing]
     failpoint: str | None = None
     source: Path | None = None
@@ -206,6 +219,7 @@ def load_config(path: str | Path | None) -> ControllerConfig:
     try:
         check_policy(config)
         check_restart_costs(config)
+        check_tenants(config)
     except ConfigError as exc:
         raise ConfigError(f"{path}: {exc}") from exc
     return config
@@ -236,6 +250,68 @@ def check_restart_costs(config: ControllerConfig) -> None:
             raise ConfigError(
                 f"moves.restart_s_by_class: {job_class!r} = {seconds:g} s is above {cap}"
             )
+
+
+def check_tenants(config: ControllerConfig) -> None:
+    """[tenants.quota] only with quotas_from = "config" (raises ConfigError): with "slurm" the
+    quotas are the accounts' GrpTRES, and a table that is never read would mislead."""
+    if config.quotas_from == "slurm" and config.tenant_quotas:
+        raise ConfigError(
+            'tenants.quota is read only with tenants.quotas_from = "config"; with "slurm" '
+            "each account's quota is the GrpTRES of its association (sacctmgr): remove the "
+            '[tenants.quota] table, or set quotas_from = "config"'
+        )
+
+
+def effective_quotas(
+    config: ControllerConfig,
+    runner: CommandRunner | None = None,
+    gpu_types: Sequence[str] | None = None,
+) -> dict[str, dict[str, int]]:
+    """Each tenant's GPU quota, {account: {GPU type: count}}: tenants.quota as configured, or
+    (quotas_from = "slurm") each account's GrpTRES on the cluster, read through `runner` (the
+    backend's SlurmCli) with one `scontrol show config` and one `sacctmgr` call: cheap enough
+    to call every round, so that a quota changed with sacctmgr counts from the next round.
+
+    `gpu_types`, the cluster's GPU types when known, checks the quotas: a configured one on
+    another type is an error naming it; one read from Slurm is dropped with a warning. When
+    Slurm enforces association limits, GrpTRES is a cap and no tenant can borrow beyond it:
+    that is logged as a warning (slurm_hetsched/slurm/accounts.py).
+
+    Raises:
+        ConfigError: a configured quota on a GPU type the cluster does not have.
+        SlurmError: quotas_from = "slurm" and scontrol or sacctmgr failed, or the cluster has
+            no accounting (AccountingDisabledError); a caller reading every round may keep
+            the quotas it read last.
+        ValueError: quotas_from = "slurm" without a runner.
+    """
+    if config.quotas_from == "config":
+        quotas = {account: dict(quota) for account, quota in config.tenant_quotas.items()}
+        unknown = [] if gpu_types is None else unknown_types(quotas, gpu_types)
+        if unknown:
+            raise ConfigError(
+                f"tenants.quota: GPU types the cluster does not have: {'; '.join(unknown)} "
+                f"(it has {', '.join(sorted(gpu_types or ())) or 'none'})"
+            )
+        return quotas
+    if runner is None:
+        raise ValueError('tenants.quotas_from = "slurm" reads Slurm: pass the backend\'s runner')
+    settings = read_config(runner)
+    if (warning := limits_warning(settings)) is not None:
+        logger.warning("%s", warning)
+    quotas = read_quotas(runner, settings)
+    if gpu_types is not None and (unknown := unknown_types(quotas, gpu_types)):
+        logger.warning(
+            "GrpTRES quotas on GPU types the cluster does not have are ignored: %s",
+            "; ".join(unknown),
+        )
+        known = set(gpu_types)
+        quotas = {
+            account: kept
+            for account, quota in quotas.items()
+            if (kept := {t: n for t, n in quota.items() if t in known})
+        }
+    return quotas
 
 
 def _hint(name: str, valid: Mapping[str, Any]) -> str:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 import signal
 from collections.abc import Callable
 from pathlib import Path
@@ -16,6 +17,7 @@ from typing import Any
 
 from slurm_hetsched.core.jobspec import CLASS_MAX, FORK_MAX
 from slurm_hetsched.core.mechanism import MOVES, QUEUES
+from slurm_hetsched.slurm.accounts import GPU_TYPE, MAX_QUOTA
 
 # (section, key) -> (field name, parser). A parser takes the raw value and the file's folder.
 _Parser = Callable[[Any, Path], Any]
@@ -150,6 +152,50 @@ def _string_table(value: Any, base: Path) -> dict[str, str]:
     return out
 
 
+# Where the tenants' GPU quotas come from (docs/admin.md, "Tenants and quotas"): the
+# [tenants.quota] table, or each Slurm account's GrpTRES.
+QUOTA_SOURCES = ("config", "slurm")
+# A Slurm account name as sacctmgr keeps it: lower case (it lowers what it is given).
+_ACCOUNT = re.compile(r"[a-z0-9_][a-z0-9_.@+-]{0,63}")
+
+
+def _quotas_from(value: Any, base: Path) -> str:
+    if value not in QUOTA_SOURCES:
+        raise ValueError(f"expected one of {', '.join(QUOTA_SOURCES)}, got {value!r}")
+    return str(value)
+
+
+def _quota_table(value: Any, base: Path) -> dict[str, dict[str, int]]:
+    """{account: {GPU type: count}}: each tenant's GPUs of each type."""
+    if not isinstance(value, dict):
+        raise ValueError(f"expected a table of account = {{ gpu_type = count }}, got {value!r}")
+    quotas = {}
+    for account, quota in value.items():
+        if not _ACCOUNT.fullmatch(account):
+            hint = f" (Slurm keeps account names in lower case: {account.lower()!r})"
+            raise ValueError(
+                f"{account!r} is not a Slurm account name: lower case letters, digits and "
+                f"_ . @ + -, at most 64{hint if account.lower() != account else ''}"
+            )
+        if not isinstance(quota, dict):
+            raise ValueError(
+                f"{account}: expected a table of GPU type = count such as {{ v100 = 2 }}, "
+                f"got {quota!r}"
+            )
+        counts = {}
+        for gpu_type, count in quota.items():
+            if not GPU_TYPE.fullmatch(gpu_type):
+                raise ValueError(f"{account}: {gpu_type!r} is not a GPU type name")
+            if isinstance(count, bool) or not isinstance(count, int) or not 0 <= count <= MAX_QUOTA:
+                raise ValueError(
+                    f"{account}.{gpu_type}: expected a whole number of GPUs, 0 to {MAX_QUOTA}, "
+                    f"got {count!r}"
+                )
+            counts[gpu_type] = count
+        quotas[account] = counts
+    return quotas
+
+
 def _failpoint(value: Any, base: Path) -> str:
     text = _text(value, base)
     if text.partition(":")[0] not in ("before", "after") or not text.partition(":")[2]:
@@ -209,6 +255,11 @@ KEYS: dict[str, dict[str, tuple[str, _Parser]]] = {
     },
     "watchdog": {
         "after_s": ("watchdog_after_s", _number(0, strict=True)),
+    },
+    # Slurm accounts as tenants with GPU quotas (Astraea; docs/admin.md, "Tenants and quotas").
+    "tenants": {
+        "quotas_from": ("quotas_from", _quotas_from),
+        "quota": ("tenant_quotas", _quota_table),
     },
     # Fault injection for crash tests only (EnactSettings.failpoint): never in production.
     "testing": {

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 
 from slurm_hetsched.controller.admin_comment import (
     PREFIX,
+    describe_borrowing,
     format_admin_comment,
     format_rejected_comment,
     needs_update,
@@ -132,19 +133,23 @@ def write_admin_comments(
         share = (
             allocation.share(key) if allocation is not None and key in allocation.job_ids else {}
         )
+        reason = admin_reason(
+            key,
+            outcome,
+            placements,
+            job,
+            plan.held,
+            allocation.waiting if allocation is not None else {},
+        )
+        payments = (allocation.payments if allocation is not None else None) or {}
+        if key in placements and key in payments:
+            reason += " " + describe_borrowing(payments[key])
         text = format_admin_comment(
             round_=plan.round,
             placement=placements.get(key),
             share=share,
             priority=plan.priority.get(key),
-            reason=admin_reason(
-                key,
-                outcome,
-                placements,
-                job,
-                plan.held,
-                allocation.waiting if allocation is not None else {},
-            ),
+            reason=reason,
             estimated=unmeasured_estimates(table, job, measured.get(key, {}), list(share)),
             replaced=replaced,
             copy=job.copy,

@@ -9,12 +9,13 @@ slurmctld that does not answer makes the round skip (logged, counted), never cra
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import signal
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
@@ -34,6 +35,7 @@ from slurm_hetsched.controller.reconcile import reconcile
 from slurm_hetsched.controller.restart_cost import RestartSettings
 from slurm_hetsched.controller.restarts import RestartTracker
 from slurm_hetsched.controller.statefiles import check_state_root
+from slurm_hetsched.core.model.accounts import accounts_with
 from slurm_hetsched.core.policies import get_policy
 from slurm_hetsched.core.policies.base import Policy
 from slurm_hetsched.core.ports import Clock, RoundRecord
@@ -67,6 +69,9 @@ class ServiceSettings:
     cli: SlurmCli
     restarts: RestartSettings = field(default_factory=RestartSettings)
     forks: ForkSettings | None = None
+    # Tenants' GPU quotas read again before each round (quotas_from = "slurm": a quota
+    # changed with sacctmgr counts from the next round); None: `site.accounts` as given.
+    read_quotas: Callable[[], Mapping[str, Mapping[str, int]]] | None = None
 
 
 @dataclass(slots=True)
@@ -91,6 +96,18 @@ class RoundService:
         self._stop = threading.Event()
         self._needs_reconcile = False
 
+    def _refresh_quotas(self) -> None:
+        """The tenants' quotas as Slurm holds them now; on a failure the last ones stay (a
+        round never stops for them)."""
+        if self.settings.read_quotas is None:
+            return
+        try:
+            quotas = self.settings.read_quotas()
+        except (HetschedError, OSError) as exc:
+            logger.warning("tenant quotas not read again, the last ones kept: %s", exc)
+            return
+        self.tick.site = dataclasses.replace(self.tick.site, accounts=accounts_with(quotas))
+
     # -- hooks ---------------------------------------------------------------------------------
 
     def _outcome(self) -> EnactOutcome:
@@ -111,6 +128,7 @@ class RoundService:
     def run_round(self) -> RoundSummary:
         """One round; a Slurm that does not answer gives a skipped round, not an exception."""
         started = time.perf_counter()
+        self._refresh_quotas()
         try:
             record = self.tick.run_round()
         except SlurmUnavailableError as exc:

@@ -126,6 +126,7 @@ def snapshot_job(
         measured_steps_per_s=measured,
         mem_gib=_memory_need(spec.mem_gib, progress.peak_mem_gib if progress else None),
         utility=spec.utility,
+        preemptible=spec.preemptible,
     )
 
 

@@ -44,6 +44,7 @@ KEYS = (
     "umax",
     "target",
     "sharp",
+    "preempt",
 )
 SPEC_MAX = 1024  # characters of the whole spec, prefix included
 STEPS_MAX = 10**12
@@ -108,6 +109,9 @@ class JobSpec:
         utility: what finishing at a given time is worth (`utility=`, `umax=`, `target=`,
             `sharp=`; core/utility.py); without `utility=`, its due date and tardiness weight
             read as one (`default_utility`).
+        preemptible: False when the job cannot be checkpointed (`preempt=no`): tenant
+            policies (astraea) start it only inside its own account's quota and never move
+            it; the others ignore it (default `preempt=yes`).
     """
 
     job_class: str
@@ -122,6 +126,7 @@ class JobSpec:
     fork: int | None = None
     mem_gib: float | None = None
     utility: Utility = field(default_factory=lambda: default_utility(None, 0.0))
+    preemptible: bool = True
 
     @property
     def elastic_gpus(self) -> tuple[int, ...]:
@@ -207,7 +212,17 @@ def parse_job_spec(comment: str, *, local_tz: tzinfo, now_s: float) -> JobSpec:
         fork=_whole(values, "fork", 1, FORK_MAX),
         mem_gib=_mem(values.get("mem")),
         utility=_utility(values, due_s, tardiness_weight),
+        preemptible=_yes_no(values, "preempt", True),
     )
+
+
+def _yes_no(values: dict[str, str], key: str, default: bool) -> bool:
+    raw = values.get(key)
+    if raw is None:
+        return default
+    if raw.lower() in ("yes", "no"):
+        return raw.lower() == "yes"
+    raise JobSpecError(f"{key}={_shown(raw)}: expected yes or no")
 
 
 def _shown(value: str) -> str:

@@ -157,6 +157,11 @@ def build_problem(
             else None
         ),
         mixed_gangs=mixed_gangs,
+        preemptible=(
+            tuple(job.preemptible for job in jobs)
+            if not all(job.preemptible for job in jobs)
+            else None
+        ),
         reservations={j: r for j, r in (reservations or {}).items() if j in ids},
     )
 

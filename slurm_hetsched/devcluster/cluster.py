@@ -19,11 +19,11 @@ from pathlib import Path
 import slurm_hetsched.devcluster.install as install
 import slurm_hetsched.devcluster.processes as processes
 import slurm_hetsched.devcluster.state as state
+from slurm_hetsched.devcluster.accounting import Accounting
+from slurm_hetsched.devcluster.files import write_cluster_files
 from slurm_hetsched.devcluster.plugins import plugins_line, resolve_spank_plugins, write_plugstack
 from slurm_hetsched.devcluster.render import (
     ClusterPaths,
-    fake_device_count,
-    render_gres_conf,
     render_plugstack_conf,
     render_slurm_conf,
 )
@@ -47,6 +47,8 @@ class DevCluster:
         self.config = config
         self.paths = ClusterPaths(folder)
         self.backend = CliSlurmBackend(SlurmCli(slurm_conf=str(self.slurm_conf), timeout_s=20))
+        self.accounting = Accounting(config, self.paths)
+        self.accounting_on = False  # what `up` renders slurm.conf with
 
     @property
     def slurm_conf(self) -> Path:
@@ -78,7 +80,13 @@ class DevCluster:
         return len(self.running_daemons()) == 1 + len(self.config.nodes)
 
     # --- up --------------------------------------------------------------------------------
-    def up(self, spank_plugins: Sequence[Path] | None = None, *, clean: bool = False) -> str:
+    def up(
+        self,
+        spank_plugins: Sequence[Path] | None = None,
+        *,
+        clean: bool = False,
+        accounting: bool | None = None,
+    ) -> str:
         """Install if needed, start what is not running, wait until every node is idle.
 
         slurmctld restarts from its saved state (jobs kept), unless the folder is new, the last
@@ -92,6 +100,8 @@ class DevCluster:
                 are restarted so their job prolog runs it too (running jobs go on).
             clean: start slurmctld without its saved state (every saved job and node state
                 is lost); only on a stopped cluster.
+            accounting: also run slurmdbd and a private MariaDB, with the accounts and quotas
+                of devcluster/tenants.py; None keeps what the last `up` chose until a `down`.
 
         Returns a report: the cluster's nodes and how to reach it. Idempotent.
 
@@ -101,6 +111,8 @@ class DevCluster:
                 or nodes that never become idle.
         """
         _require_root()
+        marked = self.paths.accounting_marker.exists()
+        self.accounting_on = marked if accounting is None else accounting
         plugins = None if spank_plugins is None else resolve_spank_plugins(spank_plugins)
         running = self.running_daemons()
         if clean and running:
@@ -112,6 +124,7 @@ class DevCluster:
         if len(running) == 1 + len(self.config.nodes):
             self._check_same_layout()
             report = "dev cluster already running"
+            report += self.accounting.up(self.accounting_on, slurmctld_runs=True)
             if plugins is not None and write_plugstack(self.paths, plugins):
                 report += "\n" + self._reload_plugins(running, plugins)
             elif plugins is not None:
@@ -121,10 +134,13 @@ class DevCluster:
             self._check_same_layout()
         started = time.monotonic()
         install.ensure_installed()
+        if self.accounting_on:
+            install.ensure_installed(accounting=True)
         self._check_ports(running)
         install.ensure_munged(self.paths.munged_started)
         if "slurmctld" not in running:
             self._write_files()
+        accounting_report = self.accounting.up(self.accounting_on, slurmctld_runs=False)
         changed = plugins is not None and write_plugstack(self.paths, plugins)
         mode = state.choose_start(self.paths, clean=clean)
         try:
@@ -134,7 +150,9 @@ class DevCluster:
             if mode is state.StartMode.RESTORE and "slurmctld" not in running:
                 raise DevClusterError(f"{exc}\n{state.restart_hint(self.paths)}") from exc
             raise
-        report = f"dev cluster up in {time.monotonic() - started:.1f} s ({self.paths.root})\n"
+        accounting_report += self.accounting.up(self.accounting_on, slurmctld_runs=True)
+        report = f"dev cluster up in {time.monotonic() - started:.1f} s ({self.paths.root})"
+        report += accounting_report + "\n"
         if "slurmctld" not in running:
             report += state.describe(mode, self.paths) + "\n"
         if drained:
@@ -148,19 +166,26 @@ class DevCluster:
             report += plugins_line(plugins) + "\n"
         return report + self.status() + f"\nuse it with: export SLURM_CONF={self.slurm_conf}"
 
-    def install(self) -> str:
-        """Install Slurm, its headers (for the SPANK plugin) and munge when missing."""
+    def install(self, *, accounting: bool = False) -> str:
+        """Install Slurm, its headers (for the SPANK plugin) and munge when missing; with
+        `accounting`, slurmdbd and MariaDB's server too."""
         _require_root()
-        if install.ensure_installed():
-            return "installed " + " ".join(install.DEBIAN_PACKAGES)
-        return "Slurm and munge are installed"
+        done = "installed" if install.ensure_installed(accounting=accounting) else "already have"
+        return f"{done} " + " ".join(install.packages(accounting=accounting))
 
     def _check_same_layout(self) -> None:
-        wanted = render_slurm_conf(self.config, self.paths, _controller_host())
+        host, on = _controller_host(), self.accounting_on
+        wanted = render_slurm_conf(self.config, self.paths, host, accounting=on)
         try:
             current = self.slurm_conf.read_text()
         except OSError:
             current = ""
+        if current == render_slurm_conf(self.config, self.paths, host, accounting=not on):
+            raise DevClusterError(
+                f"the dev cluster in {self.paths.root} runs {'without' if on else 'with'} "
+                "accounting: run `hetsched devcluster down` first, then `up`"
+                + (" --accounting" if on else "")
+            )
         if current != wanted:
             raise DevClusterError(
                 f"a dev cluster runs in {self.paths.root} with another layout or settings: "
@@ -175,21 +200,11 @@ class DevCluster:
             if f"slurmd {node.name}" not in running:
                 port = self.config.slurmd_port(index)
                 wanted.append((f"slurmd {node.name}", port, "slurmd_port_base"))
-        deadline = time.monotonic() + PORT_RELEASE_S
-        for daemon, port, key in wanted:
-            if processes.port_in_use(port) and time.monotonic() < deadline:
-                logger.info("port %d for %s is taken; waiting for it to be released", port, daemon)
-            while processes.port_in_use(port) and time.monotonic() < deadline:
-                time.sleep(0.1)
-            if processes.port_in_use(port):
-                raise DevClusterError(
-                    f"port {port} for {daemon} is already in use (another Slurm, or a dev cluster "
-                    f"started from another folder?): stop that, or set [cluster] {key} in the "
-                    "layout file to free ports"
-                )
+        processes.wait_for_free_ports(wanted, PORT_RELEASE_S)
 
     def _write_files(self) -> None:
-        write_cluster_files(self.config, self.paths, _controller_host())
+        host = _controller_host()
+        write_cluster_files(self.config, self.paths, host, accounting=self.accounting_on)
         if not self.paths.plugstack_conf.exists():
             self.paths.plugstack_conf.write_text(render_plugstack_conf([]))
 
@@ -323,6 +338,8 @@ class DevCluster:
             state.mark_stopped_clean(self.paths)  # written once slurmctld saved its last state
         elif (note := state.unsaved_jobs_note(self.paths)) is not None:
             report.append(note)
+        if stopped := self.accounting.stop():  # slurmctld reports to slurmdbd until it stops
+            report.append("stopped " + ", ".join(stopped))
         munged = processes.read_pid(self.paths.munged_started)
         if processes.is_our_process(munged, "munged"):
             assert munged is not None
@@ -365,7 +382,8 @@ class DevCluster:
             jobs = self.backend.list_jobs()
         except SlurmError as exc:
             return f"dev cluster in {self.paths.root} does not answer: {exc}"
-        return format_nodes(nodes) + "\n\n" + format_jobs(jobs)
+        status = format_nodes(nodes) + "\n\n" + format_jobs(jobs)
+        return status + "\n" + self.accounting.status_line()
 
 
 def _require_root() -> None:
@@ -379,19 +397,3 @@ def _require_root() -> None:
 def _controller_host() -> str:
     # slurmctld only runs on the host named in SlurmctldHost: this machine's short name.
     return socket.gethostname().split(".")[0]
-
-
-def write_cluster_files(config: DevClusterConfig, paths: ClusterPaths, host: str) -> None:
-    """The folders, fake GPU devices, slurm.conf and gres.conf of a cluster (either Slurm's)."""
-    for folder in (paths.etc, paths.state, paths.log, paths.run, paths.fakedev, paths.jobs):
-        folder.mkdir(parents=True, exist_ok=True)
-    for node in config.nodes:
-        (paths.spool / node.name).mkdir(parents=True, exist_ok=True)
-    for index in range(fake_device_count(config)):
-        device = paths.fakedev / f"nvidia{index}"
-        if not device.exists():
-            # A character device like the real /dev/nvidiaN (major 195): slurmd only
-            # stat()s it; with TaskPlugin=task/none nothing opens it.
-            os.mknod(device, 0o666 | 0o020000, os.makedev(195, index))
-    paths.slurm_conf.write_text(render_slurm_conf(config, paths, host))
-    paths.gres_conf.write_text(render_gres_conf(config, paths))

@@ -19,6 +19,16 @@ logger = logging.getLogger(__name__)
 # SPANK plugin; the basic plugins include gres/gpu, cons_tres and the JSON serializer.
 DEBIAN_PACKAGES = ("slurm-wlm", "munge", "libslurm-dev", "slurm-wlm-basic-plugins-dev")
 REQUIRED_PROGRAMS = ("slurmctld", "slurmd", "sbatch", "squeue", "sinfo", "scontrol", "munged")
+# `--accounting` (devcluster/accounting.py): slurmdbd and a MariaDB server, and what it runs.
+ACCOUNTING_PACKAGES = ("slurmdbd", "mariadb-server")
+ACCOUNTING_PROGRAMS = (
+    "slurmdbd",
+    "sacctmgr",
+    "sacct",
+    "mariadbd",
+    "mariadb-install-db",
+    "mariadb-admin",
+)
 _PROGRAM_DIRS = ("/usr/sbin", "/usr/bin", "/sbin", "/bin")
 
 
@@ -32,42 +42,50 @@ def which(program: str) -> str | None:
 SPANK_HEADER = Path("/usr/include/slurm/spank.h")
 
 
-def missing_programs() -> list[str]:
-    """Required programs (and the SPANK header) that are not installed."""
-    missing = [program for program in REQUIRED_PROGRAMS if which(program) is None]
+def missing_programs(*, accounting: bool = False) -> list[str]:
+    """Required programs (and the SPANK header) that are not installed; with `accounting`,
+    those of slurmdbd and MariaDB too."""
+    programs = REQUIRED_PROGRAMS + (ACCOUNTING_PROGRAMS if accounting else ())
+    missing = [program for program in programs if which(program) is None]
     if not SPANK_HEADER.exists():
         missing.append(str(SPANK_HEADER))
     return missing
 
 
-def ensure_installed() -> bool:
-    """Install Slurm and munge from Debian's packages when missing; True if it installed."""
-    missing = missing_programs()
+def packages(*, accounting: bool = False) -> tuple[str, ...]:
+    """The Debian packages the dev cluster needs (with `accounting`: slurmdbd and MariaDB)."""
+    return DEBIAN_PACKAGES + (ACCOUNTING_PACKAGES if accounting else ())
+
+
+def ensure_installed(*, accounting: bool = False) -> bool:
+    """Install Slurm and munge (with `accounting`: slurmdbd and MariaDB's server too) from
+    Debian's packages when missing; True if it installed."""
+    missing = missing_programs(accounting=accounting)
     if not missing:
         return False
+    wanted = packages(accounting=accounting)
     if which("apt-get") is None:
         raise DevClusterError(
             f"{', '.join(missing)} not installed and no apt-get here: install Slurm 22.05 or "
             "newer and munge with your distribution's packages, then run this again"
         )
     print(
-        f"installing {' '.join(DEBIAN_PACKAGES)} from Debian's packages "
-        f"(missing: {', '.join(missing)}) ...",
+        f"installing {' '.join(wanted)} from Debian's packages (missing: {', '.join(missing)}) ...",
         file=sys.stderr,
         flush=True,
     )
     env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
     for argv in (
         ["apt-get", "update", "-q"],
-        ["apt-get", "install", "-y", "-q", "--no-install-recommends", *DEBIAN_PACKAGES],
+        ["apt-get", "install", "-y", "-q", "--no-install-recommends", *wanted],
     ):
         done = subprocess.run(argv, env=env, capture_output=True, text=True, check=False)
         if done.returncode != 0:
             output = "\n".join((done.stdout + done.stderr).splitlines()[-15:])
             raise DevClusterError(f"`{' '.join(argv)}` failed ({done.returncode}):\n{output}")
-    still = missing_programs()
+    still = missing_programs(accounting=accounting)
     if still:
-        raise DevClusterError(f"installed {DEBIAN_PACKAGES} but {', '.join(still)} still missing")
+        raise DevClusterError(f"installed {' '.join(wanted)} but {', '.join(still)} still missing")
     return True
 
 

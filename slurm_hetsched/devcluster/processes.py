@@ -6,11 +6,17 @@ line, so a stale pid file never makes us signal an unrelated process.
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import socket
 import time
+from collections.abc import Sequence
 from pathlib import Path
+
+from slurm_hetsched.errors import DevClusterError
+
+logger = logging.getLogger(__name__)
 
 
 def read_pid(pid_file: Path) -> int | None:
@@ -47,6 +53,16 @@ def _is_zombie(pid: int) -> bool:
     except OSError:
         return True
     return stat.rsplit(")", 1)[-1].split()[0] == "Z"
+
+
+def has_env(pid: int, name: str, value: str) -> bool:
+    """True when process `pid`'s environment has name=value (slurmdbd has no -f option: it
+    is told apart from another cluster's by the SLURM_CONF it was started with)."""
+    try:
+        env = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    except OSError:
+        return False
+    return f"{name}={value}".encode() in env
 
 
 def pids_with_env(name: str, value: str, program_prefix: str) -> list[int]:
@@ -103,6 +119,27 @@ def _alive(pid: int) -> bool:
     except PermissionError:
         return True
     return not _is_zombie(pid)
+
+
+def wait_for_free_ports(wanted: Sequence[tuple[str, int, str]], timeout_s: float) -> None:
+    """Wait up to `timeout_s` for each (daemon, port, layout key) port to be free; a daemon
+    killed a moment ago may hold its port while its last threads end.
+
+    Raises:
+        DevClusterError: a port still taken, naming the daemon and the layout key to change.
+    """
+    deadline = time.monotonic() + timeout_s
+    for daemon, port, key in wanted:
+        if port_in_use(port) and time.monotonic() < deadline:
+            logger.info("port %d for %s is taken; waiting for it to be released", port, daemon)
+        while port_in_use(port) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        if port_in_use(port):
+            raise DevClusterError(
+                f"port {port} for {daemon} is already in use (another Slurm, or a dev cluster "
+                f"started from another folder?): stop that, or set [cluster] {key} in the "
+                "layout file to free ports"
+            )
 
 
 def port_in_use(port: int) -> bool:

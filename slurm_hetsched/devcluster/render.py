@@ -94,9 +94,55 @@ class ClusterPaths:
     def jobcomp(self) -> Path:
         return self.log / "jobcomp.txt"
 
+    # --- accounting (`up --accounting`: devcluster/accounting.py) ---------------------------
+    @property
+    def accounting_marker(self) -> Path:
+        """Exists from an `up --accounting` to the next `down`: a plain `up` in between (a
+        restart after a crash) keeps accounting on."""
+        return self.run / "accounting"
 
-def render_slurm_conf(config: DevClusterConfig, paths: ClusterPaths, controller_host: str) -> str:
-    """slurm.conf for `config`, with every path absolute (Slurm does not expand variables)."""
+    @property
+    def slurmdbd_conf(self) -> Path:
+        """Next to slurm.conf, where slurmdbd and Slurm's commands look for it."""
+        return self.etc / "slurmdbd.conf"
+
+    @property
+    def slurmdbd_pid(self) -> Path:
+        return self.run / "slurmdbd.pid"
+
+    @property
+    def slurmdbd_log(self) -> Path:
+        return self.log / "slurmdbd.log"
+
+    @property
+    def db(self) -> Path:
+        """The private MariaDB's data folder."""
+        return self.root / "db"
+
+    @property
+    def db_socket(self) -> Path:
+        return self.run / "mariadbd.sock"
+
+    @property
+    def db_pid(self) -> Path:
+        return self.run / "mariadbd.pid"
+
+    @property
+    def db_log(self) -> Path:
+        return self.log / "mariadbd.log"
+
+
+def slurmdbd_port(config: DevClusterConfig) -> int:
+    """slurmdbd's port: two above slurmctld's (6819 for the default 6817, Slurm's own default;
+    7819 for the sid cluster's layout), below the slurmds' (slurmd_port_base + 1 and up)."""
+    return config.slurmctld_port + 2
+
+
+def render_slurm_conf(
+    config: DevClusterConfig, paths: ClusterPaths, controller_host: str, *, accounting: bool = False
+) -> str:
+    """slurm.conf for `config`, with every path absolute (Slurm does not expand variables);
+    `accounting`: jobs are recorded by the cluster's slurmdbd (accounting_lines)."""
     lines = [
         "# Written by `hetsched devcluster up`; edit etc/devcluster.toml instead.",
         f"ClusterName={config.name}",
@@ -119,7 +165,11 @@ def render_slurm_conf(config: DevClusterConfig, paths: ClusterPaths, controller_
         "ProctrackType=proctrack/linuxproc",
         "TaskPlugin=task/none",
         "JobAcctGatherType=jobacct_gather/none",
-        "AccountingStorageType=accounting_storage/none",
+        *(
+            accounting_lines(config)
+            if accounting
+            else ["AccountingStorageType=accounting_storage/none"]
+        ),
         # Finished jobs stay inspectable without a database (`sacct -c`).
         "JobCompType=jobcomp/filetxt",
         f"JobCompLoc={paths.jobcomp}",
@@ -157,6 +207,44 @@ def render_slurm_conf(config: DevClusterConfig, paths: ClusterPaths, controller_
     lines.append(
         f"PartitionName={config.partition} Nodes={node_names} Default=YES MaxTime=INFINITE State=UP"
     )
+    return "\n".join(lines) + "\n"
+
+
+def accounting_lines(config: DevClusterConfig) -> list[str]:
+    """slurm.conf's accounting through the cluster's slurmdbd: GPUs counted per type
+    (gres/gpu and gres/gpu:<type> TRES), and associations required (a job needs a valid
+    account) but no limits enforced: an account's GrpTRES is its quota, which the scheduler
+    lets it exceed by borrowing, never a cap (docs/admin.md, "Tenants and quotas")."""
+    tres = ",".join(["gres/gpu", *(f"gres/gpu:{gpu_type}" for gpu_type in config.gpu_types)])
+    return [
+        "AccountingStorageType=accounting_storage/slurmdbd",
+        "AccountingStorageHost=localhost",
+        f"AccountingStoragePort={slurmdbd_port(config)}",
+        f"AccountingStorageTRES={tres}",
+        # associations, not limits (nor safe, which implies limits): GrpTRES is no cap.
+        "AccountingStorageEnforce=associations",
+    ]
+
+
+def render_slurmdbd_conf(config: DevClusterConfig, paths: ClusterPaths) -> str:
+    """slurmdbd.conf: slurmdbd as root, storing into the private MariaDB as its root user,
+    who logs in through the socket (unix_socket authentication): no password anywhere. Slurm
+    wants the file readable by its owner only (mode 600)."""
+    lines = [
+        "# Written by `hetsched devcluster up --accounting`.",
+        "AuthType=auth/munge",
+        "DbdHost=localhost",
+        f"DbdPort={slurmdbd_port(config)}",
+        "SlurmUser=root",
+        "DebugLevel=info",
+        f"LogFile={paths.slurmdbd_log}",
+        f"PidFile={paths.slurmdbd_pid}",
+        "StorageType=accounting_storage/mysql",
+        # localhost: through the socket named by MYSQL_UNIX_PORT in slurmdbd's environment.
+        "StorageHost=localhost",
+        "StorageUser=root",
+        "StorageLoc=slurm_acct_db",
+    ]
     return "\n".join(lines) + "\n"
 
 

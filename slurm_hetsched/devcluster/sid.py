@@ -22,7 +22,7 @@ import slurm_hetsched.devcluster.processes as processes
 import slurm_hetsched.devcluster.sidfiles as sidfiles
 import slurm_hetsched.devcluster.sidhost as sidhost
 import slurm_hetsched.devcluster.state as state
-from slurm_hetsched.devcluster.cluster import write_cluster_files
+from slurm_hetsched.devcluster.files import write_cluster_files
 from slurm_hetsched.devcluster.plugins import write_plugstack
 from slurm_hetsched.devcluster.render import (
     ClusterPaths,

@@ -11,6 +11,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from slurm_hetsched.sim.tenants import TenantRecord
+
 
 @dataclass(frozen=True, slots=True)
 class JobRecord:
@@ -124,6 +126,9 @@ class SimResult:
         total_utility: the sum of the jobs' utilities at their completion (core/utility.py;
             a trace job's own `utility`, else its due date and tardiness weight read as one); a
             job that did not finish is worth 0.
+        tenants: account -> its ledger (sim/tenants.py: utility, paid, received, revenue,
+            GPU-hours borrowed and lent) when the policy returned payments or an account
+            owns GPUs (a quota); None otherwise.
     """
 
     policy: str
@@ -149,6 +154,7 @@ class SimResult:
     estimates: str = ""
     exploration_stints: int = 0
     total_utility: float = 0.0
+    tenants: Mapping[str, TenantRecord] | None = None
 
     @property
     def moves_per_job(self) -> float:
@@ -156,6 +162,11 @@ class SimResult:
         return self.moves / len(self.jobs) if self.jobs else 0.0
 
     def to_json(self) -> dict[str, Any]:
+        tenants = (
+            {}
+            if self.tenants is None
+            else {"tenants": {a: r.to_json() for a, r in sorted(self.tenants.items())}}
+        )
         return {
             "policy": self.policy,
             "trace": self.trace,
@@ -179,6 +190,7 @@ class SimResult:
             "total_utility": _r(self.total_utility, 3),
             "rounds": self.rounds,
             "wall_s": _r(self.wall_s, 3),
+            **tenants,
             "jobs": [job.to_json() for job in self.jobs],
             "busy": [
                 {"time_s": _r(s.time_s), "busy": dict(sorted(s.busy.items()))} for s in self.busy

@@ -36,8 +36,8 @@ from slurm_hetsched.sim.cluster import SimulatedCluster, SimulationError
 from slurm_hetsched.sim.layout import gpu_counts
 from slurm_hetsched.sim.restart_costs import check_restart_costs
 from slurm_hetsched.sim.results import BusySample, JobRecord, SimResult
+from slurm_hetsched.sim.tenants import PaymentLedger, has_quotas, tenant_records
 from slurm_hetsched.sim.traces import TraceJob, validate_trace
-from slurm_hetsched.store.memory import MemoryStore
 
 # A policy that leaves waiting jobs unplaced on an idle cluster this many rounds in a row, with
 # no arrival to come, would never finish them: stop with an error instead of looping forever.
@@ -128,7 +128,7 @@ def simulate(
         by_class,
         reports_rates=truth is not None,
     )
-    store = MemoryStore()
+    store = PaymentLedger()  # a MemoryStore that adds up the payments of tenant policies
     tick = Tick(
         policy,
         site,
@@ -147,7 +147,13 @@ def simulate(
     )
     rounds = drive(tick, cluster, clock, settings.round_s, len(trace), progress)
     outcome = Outcome(cluster.job_states(), cluster.intervals, rounds, len(tick.explored))
-    return sim_result(trace, nodes, policy.name, site, settings, outcome, trace_name, started)
+    result = sim_result(trace, nodes, policy.name, site, settings, outcome, trace_name, started)
+    if store.seen or has_quotas(site.accounts):
+        ledger = tenant_records(
+            trace, counts, site.accounts, outcome.states, outcome.intervals, store
+        )
+        result = dataclasses.replace(result, tenants=ledger)
+    return result
 
 
 class DrivenCluster(Protocol):

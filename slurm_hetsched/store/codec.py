@@ -16,6 +16,7 @@ from slurm_hetsched.core.model import (
     GpuSlice,
     Job,
     Node,
+    Payment,
     Placement,
     Reservation,
     RoundPlan,
@@ -74,6 +75,34 @@ def _reservations_from_json(data: Mapping[str, Any]) -> dict[str, Reservation]:
     }
 
 
+def _payments_to_json(ps: Mapping[str, Payment]) -> dict[str, Any]:
+    return {
+        j: {
+            "payer": p.payer,
+            "amount": p.amount,
+            "period_s": p.period_s,
+            "borrowed": dict(p.borrowed),
+            "shares": dict(p.shares),
+            "lent": dict(p.lent),
+        }
+        for j, p in sorted(ps.items())
+    }
+
+
+def _payments_from_json(data: Mapping[str, Any]) -> dict[str, Payment]:
+    return {
+        str(j): Payment(
+            payer=str(p["payer"]),
+            amount=float(p["amount"]),
+            period_s=float(p["period_s"]),
+            borrowed={str(t): int(n) for t, n in p["borrowed"].items()},
+            shares={str(o): float(v) for o, v in p["shares"].items()},
+            lent={str(o): float(v) for o, v in p.get("lent", {}).items()},
+        )
+        for j, p in data.items()
+    }
+
+
 def allocation_to_json(a: Allocation) -> dict[str, Any]:
     return {
         "job_ids": list(a.job_ids),
@@ -87,9 +116,8 @@ def allocation_to_json(a: Allocation) -> dict[str, Any]:
         "unmet_slos": None if a.unmet_slos is None else list(a.unmet_slos),
         "placements": None if a.placements is None else _placements_to_json(a.placements),
         "waiting": dict(a.waiting),
-        "reservations": (
-            None if a.reservations is None else _reservations_to_json(a.reservations)
-        ),
+        "reservations": (None if a.reservations is None else _reservations_to_json(a.reservations)),
+        "payments": None if a.payments is None else _payments_to_json(a.payments),
     }
 
 
@@ -109,10 +137,10 @@ def allocation_from_json(d: Mapping[str, Any]) -> Allocation:
         waiting={str(k): str(v) for k, v in (d.get("waiting") or {}).items()},
         # Absent in rounds recorded before reservation policies.
         reservations=(
-            None
-            if d.get("reservations") is None
-            else _reservations_from_json(d["reservations"])
+            None if d.get("reservations") is None else _reservations_from_json(d["reservations"])
         ),
+        # Absent in rounds recorded before tenant policies.
+        payments=None if d.get("payments") is None else _payments_from_json(d["payments"]),
     )
 
 

@@ -9,7 +9,7 @@ hetsched cannot know what the newer tables mean.
 Version 1 was released twice: first without `job_keys` and `set_aside` (they were added later
 with CREATE IF NOT EXISTS and no version bump), so migration 2 creates them if missing.
 Version 3 adds the jobs' restart costs (`restart_samples`, `restart_moves`); version 4 the
-job tracker's forked jobs (`forks`).
+job tracker's forked jobs (`forks`); version 5 the tenants' credit ledger (`ledger`).
 """
 
 from __future__ import annotations
@@ -109,12 +109,29 @@ _V4 = (
 )""",
 )
 
+_V5 = (
+    # What each borrowing job paid each enacted round, one row per owner paid (tenant
+    # policies, astraea; store/ledger.py).
+    """CREATE TABLE IF NOT EXISTS ledger (
+    round     INTEGER NOT NULL,
+    job       TEXT NOT NULL,   -- the job key
+    payer     TEXT NOT NULL,   -- the job's account
+    owner     TEXT NOT NULL,   -- the account paid, or '(cluster)' for GPUs in no quota
+    amount    REAL NOT NULL,   -- the owner's part of the job's charge for the round
+    gpu_s     REAL NOT NULL,   -- GPU-seconds the owner lent the job in the round
+    at_s      REAL NOT NULL,   -- the round's time
+    PRIMARY KEY (round, job, owner)
+)""",
+    "CREATE INDEX IF NOT EXISTS ledger_by_payer ON ledger (payer)",
+)
+
 # (version, statements that take a file of version - 1 to it), oldest first.
 MIGRATIONS: tuple[tuple[int, tuple[str, ...]], ...] = (
     (1, _V1),
     (2, _V2),
     (3, _V3),
     (4, _V4),
+    (5, _V5),
 )
 SCHEMA_VERSION = MIGRATIONS[-1][0]
 

@@ -24,6 +24,7 @@ from typing import Any
 
 from slurm_hetsched.core.ports import RoundRecord
 from slurm_hetsched.store.codec import record_from_json, record_to_json
+from slurm_hetsched.store.ledger import LEDGER_COLUMNS, LedgerRow, ledger_rows
 from slurm_hetsched.store.schema import SCHEMA_VERSION, StoreError, migrate
 
 __all__ = ["SCHEMA_VERSION", "Action", "Heartbeat", "SqliteStore", "StoreError"]
@@ -270,8 +271,22 @@ class SqliteStore:
 
     # -- internals -----------------------------------------------------------------------------
 
+    def ledger(self) -> list[LedgerRow]:
+        """Every payment recorded, oldest round first (store/ledger.py sums them)."""
+        rows = self._db.execute(
+            f"SELECT {', '.join(LEDGER_COLUMNS)} FROM ledger ORDER BY round, job, owner"
+        ).fetchall()
+        return [LedgerRow(*row) for row in rows]
+
     def _save(self, record: RoundRecord, status: str) -> None:
         with self._transaction():
+            if status == "enacted":  # what the round charged, with the round, atomically
+                self._db.execute("DELETE FROM ledger WHERE round = ?", (record.round,))
+                self._db.executemany(
+                    f"INSERT INTO ledger ({', '.join(LEDGER_COLUMNS)}) "
+                    f"VALUES ({', '.join('?' for _ in LEDGER_COLUMNS)})",
+                    [tuple(row) for row in ledger_rows(record)],
+                )
             self._db.execute(
                 "INSERT INTO rounds (round, written_at, now_s, policy, recomputed, status, record)"
                 " VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (round) DO UPDATE SET "

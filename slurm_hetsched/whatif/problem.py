@@ -64,10 +64,11 @@ _JOB_KEYS = {
     "allowed_gpus",
     "running_on",
     "utility",
+    "preempt",
 }
 _NODE_KEYS = {"name", "gpus", "gpus_in_use", "available"}
 _SLICE_KEYS = {"node", "type", "count"}
-_ACCOUNT_KEYS = {"weight", "policy"}
+_ACCOUNT_KEYS = {"weight", "policy", "quota"}
 
 
 def _catalog(data: Mapping[str, Any]) -> tuple[dict[str, GpuType], SiteEnergy]:
@@ -142,6 +143,7 @@ def parse_problem(data: Mapping[str, Any], table: ThroughputTable | None = None)
         throughput_at=throughput_at(jobs, allowed, gpu_types, table) if any_allowed else None,
         energy=EnergyModel.from_catalog(catalog, site, gpu_types),
         utilities=_utilities(jobs, due_s, tardiness_weight),
+        preemptible=_preemptible(jobs),
     )
 
 
@@ -257,8 +259,21 @@ def _accounts(data: Mapping[str, Any]) -> dict[str, Account]:
         if policy not in valid:
             raise InvalidProblemError(f"{where}: policy {policy!r}; expected one of {valid}")
         weight = number_at(raw, "weight", 1.0, positive=True, where=where)
-        accounts[name] = Account(name, weight, AccountPolicy(policy))
+        quota = object_at(raw, "quota", where, required=False)
+        counts = {str(t): whole_count(n, f"{where} / quota / {t}") for t, n in quota.items()}
+        accounts[name] = Account(name, weight, AccountPolicy(policy), counts)
     return accounts
+
+
+def _preemptible(jobs: list[Mapping[str, Any]]) -> tuple[bool, ...] | None:
+    """`"preempt": false` per job (it cannot be checkpointed); None when every job can be."""
+    flags = []
+    for job in jobs:
+        flag = job.get("preempt", True)
+        if not isinstance(flag, bool):
+            raise InvalidProblemError(f"job {job.get('id', '?')!r}: preempt must be true or false")
+        flags.append(flag)
+    return None if all(flags) else tuple(flags)
 
 
 def _optional_column(

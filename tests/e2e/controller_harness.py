@@ -42,6 +42,7 @@ class LiveController:
         moves: str = "plain",
         restart_s: float | None = None,
         policy_options: dict[str, float] | None = None,
+        extra_toml: str = "",
     ) -> None:
         """`moves` is "plain" unless a test asks otherwise: the move-protocol tests need a
         job checkpointed within a few short rounds, which amortized moves (the product's
@@ -78,7 +79,7 @@ class LiveController:
         lines += ["[moves]", f"mechanism = {json.dumps(moves)}"]
         if restart_s is not None:
             lines.append(f"restart_s = {restart_s}")
-        self.config.write_text("\n".join(lines) + "\n")
+        self.config.write_text("\n".join(lines) + "\n" + extra_toml)
 
     def argv(self, *extra: str) -> list[str]:
         return [

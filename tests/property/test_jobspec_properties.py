@@ -32,7 +32,7 @@ from slurm_hetsched.core.problem import SiteData, build_problem
 from slurm_hetsched.data_files import shipped_gpu_types, shipped_site_energy, shipped_throughputs
 
 TOL = 1e-6
-MESSAGE_MAX = 160  # one line: the unknown-key message lists every key
+MESSAGE_MAX = 180  # one line: the unknown-key message lists every key
 ROUND_S = 360.0
 NOW_S = datetime(2026, 6, 1, tzinfo=UTC).timestamp()
 TABLE = shipped_throughputs()
@@ -140,6 +140,7 @@ INSIDE = {
     "copy": ["0", str(jobspec.COPY_MAX), "0000"],
     "fork": ["1", str(jobspec.FORK_MAX), "03"],
     "mem": ["1e-300", "0.001G", "4096", "4096GiB", "4096.0G", "+4.096e3", "40G", " 12.5 "],
+    "preempt": ["yes", "no", "NO", " Yes "],
 }
 OUTSIDE = {
     "class": ["", "c" * (jobspec.CLASS_MAX + 1), "A\x00", "A\tB", "A\x7f"],
@@ -152,6 +153,7 @@ OUTSIDE = {
     "copy": ["-1", str(jobspec.COPY_MAX + 1), "00000", "1e2"],
     "fork": ["0", str(jobspec.FORK_MAX + 1), "-1", "2.0", "003"],
     "mem": ["0", "0G", "-1", "4096.000001", "4097GiB", "1e-400", "40GB", "40 G", "nan", "inf"],
+    "preempt": ["", "y", "true", "0", "no!", "yes no"],
 }
 
 

@@ -42,8 +42,12 @@ REASON = re.compile(
     rf"|waiting:(price=[\d.e+-]+(>=|<)utility=[\d.e+-]+|no-room:\d+-GPUs,utility=[\d.e+-]+"
     rf"|preempted:utility=0))"
 )
+_ACCOUNT = r"[a-z0-9_.-]+"
+# A job on GPUs borrowed from other accounts (tenant policies): what, from whom, at what rate.
+_BORROWED = rf"( borrowed {_TYPE}x\d+(,{_TYPE}x\d+)* from {_ACCOUNT}(\+{_ACCOUNT})* [\d.e+-]+/h)?"
 MANAGED = re.compile(
-    rf"{PREFIX} r=\d+ {_TARGET} share={_SHARE} prio={_PRIORITY} (?P<reason>\S+)( was=\d+)?",
+    rf"{PREFIX} r=\d+ {_TARGET} share={_SHARE} prio={_PRIORITY} (?P<reason>\S+){_BORROWED}"
+    rf"( was=\d+)?",
     re.ASCII,
 )
 NOT_MANAGED = re.compile(rf"{PREFIX} not-managed: (?P<why>\S+( \S+)*)")

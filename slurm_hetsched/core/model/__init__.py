@@ -2,7 +2,8 @@
 
 - `cluster`: `GpuType`, `Node`, `Job`, `ClusterSnapshot` (what the cluster looks like);
 - `placement`: `GpuSlice`, `Placement` (where one job runs for one round);
-- `accounts`: `Account`, `AccountPolicy` (tenants of hierarchical policies);
+- `accounts`: `Account`, `AccountPolicy` (tenants: weights, quotas of GPUs);
+- `payment`: `Payment`, `POOL_OWNER` (what a borrowing job pays a round, and to whom);
 - `energy`: `EnergyModel`, `SiteEnergy` (the power model);
 - `problem`: `Problem` (what every policy receives) and `PackedPairs`;
 - `allocation`: `Allocation` (what a policy returns: time fractions per job and GPU type);
@@ -29,12 +30,14 @@ from slurm_hetsched.core.model.allocation import Allocation
 from slurm_hetsched.core.model.cluster import ClusterSnapshot, GpuType, Job, Node
 from slurm_hetsched.core.model.energy import EnergyModel, SiteEnergy
 from slurm_hetsched.core.model.frozen import InvalidProblemError
+from slurm_hetsched.core.model.payment import POOL_OWNER, Payment
 from slurm_hetsched.core.model.placement import GpuSlice, Placement
 from slurm_hetsched.core.model.problem import SUBLINEAR_EXPONENT, PackedPairs, Problem
 from slurm_hetsched.core.model.reservation import Reservation, Stretch
 from slurm_hetsched.core.model.rounds import RoundPlan, RoundState
 
 __all__ = [
+    "POOL_OWNER",
     "SUBLINEAR_EXPONENT",
     "Account",
     "AccountPolicy",
@@ -47,6 +50,7 @@ __all__ = [
     "Job",
     "Node",
     "PackedPairs",
+    "Payment",
     "Placement",
     "Problem",
     "Reservation",

@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 
 from slurm_hetsched.core.model.frozen import frozen_array, frozen_mapping, set_field
+from slurm_hetsched.core.model.payment import Payment
 from slurm_hetsched.core.model.placement import Placement
 from slurm_hetsched.core.model.reservation import Reservation
 
@@ -47,6 +48,9 @@ class Allocation:
         reservations: reservation policies (oasis): every admitted job's schedule from this
             round on (core/model/reservation.py), handed back in the next round's
             `Problem.reservations`; None for the others.
+        payments: tenant policies (astraea): each job running this round on GPUs outside
+            its account's quota -> what it pays and to whom (core/model/payment.py); None
+            for the others.
     """
 
     job_ids: tuple[str, ...]
@@ -63,9 +67,12 @@ class Allocation:
     placements: Mapping[str, Placement] | None = None
     waiting: Mapping[str, str] = field(default_factory=dict)
     reservations: Mapping[str, Reservation] | None = None
+    payments: Mapping[str, Payment] | None = None
 
     def __post_init__(self) -> None:
         set_field(self, "waiting", frozen_mapping(self.waiting))
+        if self.payments is not None:
+            set_field(self, "payments", frozen_mapping(self.payments))
         if self.reservations is not None:
             set_field(self, "reservations", frozen_mapping(self.reservations))
         shape = (len(self.job_ids), len(self.gpu_types))
@@ -93,7 +100,9 @@ class Allocation:
         placement policies add "placement": {job: [{"node", "type", "count"}]}; admission
         policies add "waiting": {job: why it was not admitted}; reservation policies add
         "schedules": {job: {"slot_s", "utility", "price", "slots": [{"first", "last",
-        "placement"}]}} (slot k covers [k slot_s, (k + 1) slot_s); placement null: paused).
+        "placement"}]}} (slot k covers [k slot_s, (k + 1) slot_s); placement null: paused);
+        tenant policies add "payments": {job: {"account", "amount", "per_hour", "borrowed",
+        "paid_to"}}.
         """
         out: dict[str, Any] = {
             "policy": self.policy,
@@ -128,6 +137,17 @@ class Allocation:
             }
         if self.waiting:
             out["waiting"] = dict(sorted(self.waiting.items()))
+        if self.payments:  # tenant policies: what each borrowing job pays this round
+            out["payments"] = {
+                job: {
+                    "account": p.payer,
+                    "amount": round(p.amount, digits),
+                    "per_hour": round(p.per_hour, digits),
+                    "borrowed": dict(sorted(p.borrowed.items())),
+                    "paid_to": {o: round(p.shares[o], digits) for o in p.lenders()},
+                }
+                for job, p in sorted(self.payments.items())
+            }
         if self.reservations:  # reservation policies: each admitted job's schedule
             out["schedules"] = {
                 job: {

@@ -131,6 +131,8 @@ class Job:
             (`default_utility`).
         attained_gpu_s: GPU-seconds the job has run so far, all moves included (the
             least-attained-service baseline orders by it); 0 when unknown.
+        preemptible: False for a job that cannot be checkpointed (the spec's `preempt=no`):
+            tenant policies start it only inside its account's quota and never move it.
     """
 
     key: str
@@ -153,6 +155,7 @@ class Job:
     mem_gib: float | None = None
     utility: Utility | None = None
     attained_gpu_s: float = 0.0
+    preemptible: bool = True
 
     def __post_init__(self) -> None:
         set_field(self, "received_s", frozen_mapping(self.received_s))

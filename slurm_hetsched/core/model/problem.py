@@ -98,6 +98,9 @@ class Problem:
         reservations: job -> its admitted schedule (core/model/reservation.py), what a
             reservation policy (oasis) returned last round in `Allocation.reservations`;
             other policies ignore it. Entries of jobs not in the problem are ignored.
+        preemptible: (n_jobs,) False for a job that cannot be checkpointed (`preempt=no`):
+            tenant policies start it only inside its account's quota and never move it;
+            None = every job can be.
         mixed_gangs: the problem is for a policy that places gangs across types (hadar): a job
             no single type can hold is accepted when the types it runs on hold its GPUs
             together (it then has no runnable type). False for every other policy.
@@ -137,6 +140,7 @@ class Problem:
     attained_gpu_s: np.ndarray | None = None  # (n_jobs,) GPU-s
     mixed_gangs: bool = False
     reservations: Mapping[str, Reservation] = field(default_factory=lambda: EMPTY)
+    preemptible: tuple[bool, ...] | None = None  # (n_jobs,); None = every job
     runnable: np.ndarray = field(init=False, repr=False, compare=False)  # (n_jobs, n_types) bool
 
     def __post_init__(self) -> None:
@@ -163,6 +167,12 @@ class Problem:
         set_("job_accounts", tuple(accounts))
         set_("accounts", frozen_mapping(self.accounts))
         set_("reservations", frozen_mapping(self.reservations))
+        if self.preemptible is not None:
+            if len(self.preemptible) != n:
+                raise InvalidProblemError(
+                    f"preemptible: {len(self.preemptible)} entries for {n} jobs"
+                )
+            set_("preemptible", tuple(bool(v) for v in self.preemptible))
         for name, account in self.accounts.items():
             if account.name != name:
                 raise InvalidProblemError(f"accounts: key {name!r} holds {account.name!r}")

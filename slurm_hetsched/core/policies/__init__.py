@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from slurm_hetsched.core.policies.andreas import Andreas
+from slurm_hetsched.core.policies.astraea import Astraea, BatchSche
 from slurm_hetsched.core.policies.base import Policy
 from slurm_hetsched.core.policies.cost import (
     MaxSumThroughputNormalizedByCostPerf,
@@ -22,7 +23,9 @@ from slurm_hetsched.core.policies.finish_time_fairness import (
     FinishTimeFairness,
     FinishTimeFairnessPerf,
 )
+from slurm_hetsched.core.policies.gandiva_fair import GandivaFair
 from slurm_hetsched.core.policies.hadar import Hadar
+from slurm_hetsched.core.policies.hived import HiveD
 from slurm_hetsched.core.policies.makespan import MinTotalDuration, MinTotalDurationPerf
 from slurm_hetsched.core.policies.max_min_fairness import MaxMinFairness, MaxMinFairnessPerf
 from slurm_hetsched.core.policies.oasis import Oasis
@@ -75,6 +78,10 @@ POLICIES: dict[str, type[Policy]] = {
         DominantResourceFairness,
         RiskReward,
         Oasis,
+        Astraea,
+        BatchSche,
+        GandivaFair,
+        HiveD,
     )
 }
 

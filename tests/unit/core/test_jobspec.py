@@ -29,7 +29,7 @@ from slurm_hetsched.core.jobspec import (
 
 PARIS_WINTER = timezone(timedelta(hours=1))
 NOW_S = datetime(2026, 6, 1, tzinfo=UTC).timestamp()
-MESSAGE_MAX = 160  # admin comments: short, single-line (the unknown-key one lists every key)
+MESSAGE_MAX = 180  # admin comments: short, single-line (the unknown-key one lists every key)
 
 
 def parse(comment: str, now_s: float = NOW_S) -> JobSpec:
@@ -347,3 +347,11 @@ def test_an_elastic_job_names_its_smallest_and_largest_gpu_count() -> None:
     assert (spec.gpus, spec.gpus_max) == (2, 3)
     assert parse("hetsched:class=A;gpus=1-16").gpus_max == 16
     assert parse("hetsched:class=A;gpus=2").gpus_max is None
+
+
+def test_preempt_says_whether_the_job_can_be_checkpointed() -> None:
+    assert parse("hetsched:class=c").preemptible
+    assert parse("hetsched:class=c;preempt=yes").preemptible
+    assert not parse("hetsched:class=c;preempt=NO").preemptible
+    with pytest.raises(JobSpecError, match="preempt='maybe': expected yes or no"):
+        parse("hetsched:class=c;preempt=maybe")

@@ -41,9 +41,27 @@ def _tables(db: Path) -> set[str]:
         con.close()
 
 
-def test_the_current_schema_is_4_with_the_forked_jobs() -> None:
-    assert SCHEMA_VERSION == 4
-    assert [version for version, _ in schema.MIGRATIONS] == [1, 2, 3, 4], "ordered, one per version"
+def test_the_current_schema_is_5_with_the_tenants_ledger() -> None:
+    assert SCHEMA_VERSION == 5
+    assert [version for version, _ in schema.MIGRATIONS] == [1, 2, 3, 4, 5], (
+        "ordered, one per version"
+    )
+
+
+def test_a_store_of_schema_4_gets_an_empty_ledger(tmp_path: Path) -> None:
+    db = tmp_path / "rounds.sqlite"
+    con = sqlite3.connect(db)
+    for statement in (*schema._V1, *schema._V2, *schema._V3, *schema._V4):
+        con.execute(statement)
+    con.execute("INSERT INTO meta (key, value) VALUES ('schema', '4')")
+    con.commit()
+    con.close()
+    store = SqliteStore(db)
+    try:
+        assert store.ledger() == []
+    finally:
+        store.close()
+    assert _version(db) == "5" and "ledger" in _tables(db)
 
 
 def test_a_store_of_schema_3_gets_the_forks_table_and_keeps_its_forks_apart(
@@ -66,7 +84,7 @@ def test_a_store_of_schema_3_gets_the_forks_table_and_keeps_its_forks_apart(
         assert store.forks() == {"k1": {"key": "k1", "round": 3}}
     finally:
         store.close()
-    assert _version(db) == "4" and "forks" in _tables(db)
+    assert _version(db) == str(SCHEMA_VERSION) and "forks" in _tables(db)
 
 
 def test_a_store_of_schema_2_gets_the_restart_cost_tables_and_keeps_its_journal(
