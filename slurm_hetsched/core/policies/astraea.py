@@ -3,29 +3,21 @@ for Incentivizing Sharing in Multi-Tenant Systems", IEEE Trans. Computers 2022; 
 001_95d965660d9ddc28; notes/astraea-oasis.md sections 2-8, 14): Slurm accounts as tenants, each
 running inside its own GPU quota for free and borrowing the pooled idle GPUs at posted prices.
 
-Each round (a fixed-length period: `slot_s`, the round; the paper's geometric batches exist for
-its proof and grow without bound in a service):
+Each round (a fixed-length period, `slot_s`; docs/policies.md, "astraea", has every step and
+choice):
 
-0. Running jobs inside their account's quota stay where they are (Astraea never preempts);
-   so does every running job that cannot be checkpointed (`preempt=no`).
-1. Own-quota pass, free: each account's other jobs, in arrival order, take the placement
-   inside what is left of the account's quota (GPU type, gang size, nodes) where they are
-   worth most, when worth anything: what the account would do alone on its partition
-   (BatchSche). Nothing is paid inside a quota, so nothing is priced there (ours: the paper
-   prices this pass too, which lets a job gain by misreporting its utility).
-   GPUs that borrowers hold are free to this pass: an account gets its quota back at the
-   next round, the borrower moved off with the checkpoint protocol (ours: Astraea itself
-   never preempts; the borrower's restart cost is paid in its later completion).
-2. Sharing pass, paid (not in `batchsche`): running borrowers first, then every other job
-   that can be checkpointed, in arrival order, are offered the GPUs still free at the
-   cluster-wide prices per GPU type and slot, theta ** (held / capacity) - 1 over the slots
-   of the run (astraea_book.py). A job takes the offer when its utility minus the price
-   beats what it has from pass 1 (its utility there, free; nothing when it has no place),
-   so a tenant owning K80s may borrow idle V100s when finishing sooner is worth their price.
-   Its duration comes from its throughput on the type (heterogeneity, notes section 14).
-3. Each borrowing job pays each round its GPUs' posted price of this slot, split among the
-   owners of the type's idle GPUs in proportion to what each leaves idle (eq. (2); GPUs in no
-   quota pay the cluster's own entry, POOL_OWNER): `Allocation.payments`.
+0. Running jobs inside their account's quota, and running jobs that cannot be checkpointed
+   (`preempt=no`), stay where they are.
+1. Own-quota pass, free: each other job of an account, in arrival order, takes the placement
+   inside what is left of the quota where it is worth most (BatchSche alone on the quota).
+   Borrowers' GPUs count as free: an account gets its quota back at the next round, the
+   borrower moved off with the checkpoint protocol.
+2. Sharing pass, paid (not `batchsche`): running borrowers, then the other jobs that can be
+   checkpointed, in arrival order, take the GPUs still free at cluster-wide prices per type
+   and slot, theta ** (held / capacity) - 1 over their run, when utility minus price beats
+   what they have: their utility in their quota, or what they can expect waiting for it.
+3. A borrower pays each round its GPUs' price of this slot, split among the owners of the
+   type's idle GPUs by what each leaves idle (eq. (2)): `Allocation.payments`.
 
 A job placed nowhere waits (`Allocation.waiting`, e.g. "price=3.1>utility=2.4") and is
 offered again next round. theta per type is 1 + `bias` x the median job's worth per
@@ -217,6 +209,7 @@ class _Round:
 
     def run(self, shares: bool) -> Allocation:
         order = [int(m) for m in arrival_order(self.problem)]
+        self.order = order
         self._keep_running_inside(order)
         for m in order:
             if m not in self.placed:
@@ -241,7 +234,8 @@ class _Round:
 
     def _keep_running_inside(self, order: list[int]) -> None:
         """Running jobs inside their quota (arrival order fills it) and running jobs that
-        cannot be moved keep their GPUs."""
+        cannot be moved keep their GPUs (moving jobs up inside their quota, tried: more
+        moves and borrowing, tenants' revenue below BatchSche's; docs/simulation.md)."""
         problem = self.problem
         for m in order:
             current = problem.running.get(problem.job_ids[m])
@@ -251,10 +245,14 @@ class _Round:
             counts = counts_of(slices)
             account = problem.job_accounts[m]
             inside = all(self.book.remaining(account, t) >= g for t, g in counts)
-            if (inside or not self.preemptible[m]) and fits(self.left, slices):
-                offer = self._offer(m, slices, moved=False, price=None)
-                if offer is not None:
-                    self._commit(m, offer, inside)
+            if not ((inside or not self.preemptible[m]) and fits(self.left, slices)):
+                continue
+            offer = self._offer(m, slices, moved=False, price=None)
+            if offer is not None:
+                self._commit(m, offer, inside)
+
+    def _in_quota(self, account: str) -> Allowed:
+        return lambda counts: all(self.book.remaining(account, t) >= g for t, g in counts)
 
     def _own_quota(self, m: int) -> None:
         """Pass 1: the job's placement inside its account's quota where it is worth most;
@@ -262,11 +260,7 @@ class _Round:
         account = self.problem.job_accounts[m]
         if account not in self.book.quota:
             return
-        best = self._best(
-            m,
-            lambda counts: all(self.book.remaining(account, t) >= g for t, g in counts),
-            None,
-        )
+        best = self._best(m, self._in_quota(account), None)
         if best is not None:  # even worth nothing now: its own GPUs are idle otherwise
             self._commit(m, best, True)
 
@@ -282,37 +276,59 @@ class _Round:
         before = self.placed.get(m)
         if before is not None:
             self._release(m)
+        account = self.problem.job_accounts[m]
         best = self._best(m, lambda counts: True, self.book.cluster_cost)
-        floor = before[0].utility if before is not None else self._later_in_quota(m)
+        later = None if before is not None else self._later_in_quota(m)
+        floor = before[0].utility if before is not None else later[0] if later else 0.0
         if best is not None and best.payoff > floor + EPSILON:
-            account = self.problem.job_accounts[m]
             counts = counts_of(best.slices)
             self.payments[self.problem.job_ids[m]] = self.book.payment(
                 account, counts, self.problem.gpu_types, self.slot_s
             )
             self._commit(m, best, False)
-        elif before is not None:
+            if before is not None and before[1]:  # its quota is free: the account's next jobs
+                self._refill(account)
+            return
+        if before is not None:
             self._commit(m, before[0], before[1])
-        elif best is not None:
-            self.reasons[m] = priced_out(best)
+            return
+        if later is not None:  # it waits for its quota: the account's later jobs behind it
+            self.book.expect_later(account, *later[1:])
+        if best is not None:
+            self.reasons[m] = (
+                priced_out(best)
+                if best.payoff <= 0
+                else f"own-quota-later:{floor:.3g}>{best.utility:.3g}-{best.price:.3g}"
+            )
 
-    def _later_in_quota(self, m: int) -> float:
-        """What a job with no room in its quota now can expect there: its utility when it
-        starts, on the best type of its quota, as soon as the account's jobs there are
-        expected to leave it room (ours: the paper compares with 0, and a borrower then pays
-        more than finishing sooner is worth to it). 0 for an account without quota."""
+    def _refill(self, account: str) -> None:
+        """The account's jobs still without a place, in arrival order, take the quota a job
+        that went borrowing left (pass 1 again for them: free)."""
+        for m in self.order:
+            if m not in self.placed and self.problem.job_accounts[m] == account:
+                self._own_quota(m)
+
+    def _later_in_quota(self, m: int) -> tuple[float, int, int, int, int] | None:
+        """What a job with no room in its quota now can expect there: (its utility, type
+        column, GPUs, start slot, slots) when it starts on the best type of its quota as soon
+        as the account's jobs there, and those of its jobs waiting ahead of it, are expected
+        to leave it room (ours: the paper compares with 0, and a borrower then pays more than
+        finishing sooner is worth to it). None: no quota of a type it runs on."""
         problem, book = self.problem, self.book
         account = problem.job_accounts[m]
         gpus = int(problem.num_gpus[m])
-        best = 0.0
+        best: tuple[float, int, int, int, int] | None = None
         for t in np.flatnonzero(problem.throughput[m] > 0).tolist():
             wait = book.quota_free_in(account, t, gpus)
             rate = self.speeds.rate(m, t, gpus, spread=False)
             if wait is None or rate <= 0:
                 continue
-            done = problem.now_s + wait * self.slot_s + float(self.restart[m])
-            done += float(self.steps[m]) / rate
-            best = max(best, self.utilities[m].value(done, float(problem.arrival_s[m])))
+            run_s = float(self.restart[m]) + float(self.steps[m]) / rate
+            done = problem.now_s + wait * self.slot_s + run_s
+            utility = self.utilities[m].value(done, float(problem.arrival_s[m]))
+            slots = max(math.ceil(run_s / self.slot_s - EPSILON), 1)
+            if best is None or utility > best[0] + EPSILON:
+                best = (utility, t, gpus, wait, slots)
         return best
 
     # -- offers ------------------------------------------------------------------------------

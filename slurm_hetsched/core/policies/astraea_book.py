@@ -69,9 +69,17 @@ class TenantBook:
         slots = np.flatnonzero(free >= gpus)
         return int(slots[0]) if slots.size else None
 
+    def expect_later(self, account: str, column: int, gpus: int, start: int, slots: int) -> None:
+        """A job of the account waiting for its quota is expected to take `gpus` of it from
+        slot `start` for `slots` slots: the account's later jobs wait behind it."""
+        self.own_held[account][column, start : start + slots] += gpus
+
     def cluster_cost(self, counts: Counts, slots: int) -> float:
-        """What `counts` held for `slots` slots from now costs at the cluster's prices."""
-        return _cost(counts, slots, self.held, self.capacity, self.thetas)
+        """What `counts` held for `slots` slots from now costs: this slot's price every slot,
+        what a borrower pays each round while prices hold. (Pricing later slots at the GPUs
+        already committed there priced them as if no job were to come, and borrowers paid
+        more than they had reckoned: docs/simulation.md.)"""
+        return slots * _cost(counts, 1, self.held, self.capacity, self.thetas)
 
     def commit(self, account: str, counts: Counts, slots: int, in_quota: bool) -> None:
         """Hold `counts` for `slots` slots from now (inside the account's quota or not)."""
