@@ -47,11 +47,13 @@ from slurm_hetsched.core.policies.astraea_pricing import LEAST_THETA
 from slurm_hetsched.core.policies.drf import Speeds, gang
 from slurm_hetsched.core.policies.hadar_alloc import capped, restart_seconds
 from slurm_hetsched.core.policies.options import (
+    MAX_UTILITY_OPTION,
     PolicyOption,
     checked,
     parse_count,
     parse_fraction,
     parse_non_negative,
+    restart_option,
 )
 from slurm_hetsched.core.policies.yarn_cs import (
     Slices,
@@ -116,17 +118,8 @@ class Astraea:
                 0.0,
                 parse_non_negative,
             ),
-            "max_utility": PolicyOption(
-                "the most any job's utility counts for (default 1e6, the spec's own bound)",
-                UMAX_MAX,
-                parse_non_negative,
-            ),
-            "restart_s": PolicyOption(
-                f"seconds a start or move costs a job whose own estimate is unknown "
-                f"(default {DEFAULT_RESTART_S:g})",
-                DEFAULT_RESTART_S,
-                parse_non_negative,
-            ),
+            "max_utility": MAX_UTILITY_OPTION,
+            "restart_s": restart_option("a start or move"),
         }
     )
 

@@ -51,12 +51,14 @@ from slurm_hetsched.core.policies.oasis_bound import payoff_bound, timespan, wor
 from slurm_hetsched.core.policies.oasis_prices import PriceBounds, estimate_bounds
 from slurm_hetsched.core.policies.oasis_schedule import Schedule, best_schedule
 from slurm_hetsched.core.policies.options import (
+    MAX_UTILITY_OPTION,
     PolicyOption,
     parse_count,
     parse_fraction,
     parse_non_negative,
     parse_seed,
     parse_slack,
+    restart_option,
 )
 from slurm_hetsched.core.round_options import DEFAULT_RESTART_S
 from slurm_hetsched.core.utility import UMAX_MAX
@@ -123,17 +125,8 @@ class Oasis:
                 DEFAULT_FLOOR,
                 parse_slack,
             ),
-            "max_utility": PolicyOption(
-                "the most any job's utility counts for (default 1e6, the spec's own bound)",
-                UMAX_MAX,
-                parse_non_negative,
-            ),
-            "restart_s": PolicyOption(
-                f"seconds a start, move or resize costs a job whose own estimate is unknown "
-                f"(default {DEFAULT_RESTART_S:g})",
-                DEFAULT_RESTART_S,
-                parse_non_negative,
-            ),
+            "max_utility": MAX_UTILITY_OPTION,
+            "restart_s": restart_option("a start, move or resize"),
         }
     )
 

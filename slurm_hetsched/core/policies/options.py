@@ -16,6 +16,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 
+from slurm_hetsched.core.round_options import DEFAULT_RESTART_S
+from slurm_hetsched.core.utility import UMAX_MAX
 from slurm_hetsched.errors import ConfigError
 
 OptionValue = float | bool | str
@@ -161,3 +163,21 @@ def parse_options(
 def checked(policy: str, accepted: Mapping[str, PolicyOption], name: str, value: object) -> float:
     """One numeric option as a constructor receives it, checked (ConfigError if bad)."""
     return float(parse_options(policy, accepted, {name: value})[name])
+
+
+# The two options every utility-pricing policy (oasis, astraea) takes alike.
+MAX_UTILITY_OPTION = PolicyOption(
+    "the most any job's utility counts for (default 1e6, the spec's own bound)",
+    UMAX_MAX,
+    parse_non_negative,
+)
+
+
+def restart_option(what: str) -> PolicyOption:
+    """`restart_s`: the seconds `what` (e.g. "a start or move") costs a job whose own
+    estimate is unknown."""
+    return PolicyOption(
+        f"seconds {what} costs a job whose own estimate is unknown (default {DEFAULT_RESTART_S:g})",
+        DEFAULT_RESTART_S,
+        parse_non_negative,
+    )
