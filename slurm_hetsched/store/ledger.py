@@ -10,7 +10,7 @@ the GPU-hours lent are counted.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
@@ -99,13 +99,6 @@ def conserved(rows: Iterable[LedgerRow]) -> bool:
     paid = sum(t.paid for t in sums.values())
     received = sum(t.received for t in sums.values())
     return abs(paid - received) <= 1e-9 * max(1.0, abs(paid))
-
-
-def lent_by(totals_by_account: Mapping[str, AccountTotals], account: str) -> float:
-    """GPU-hours `account` lent to jobs of other accounts."""
-    return sum(
-        t.lenders.get(account, 0.0) for payer, t in totals_by_account.items() if payer != account
-    )
 
 
 __all__ = ["LEDGER_COLUMNS", "AccountTotals", "LedgerRow", "conserved", "ledger_rows", "totals"]

@@ -211,14 +211,6 @@ def counts_of(slices: Sequence[tuple[int, int, int]]) -> Counts:
     return tuple(sorted(by_type.items()))
 
 
-def quota_shares(problem: Problem) -> Mapping[str, float]:
-    """Each account's share of all the quotas (the fairness ratio's denominator): its GPUs
-    over every account's, all types together."""
-    sizes = {name: sum(a.quota.values()) for name, a in problem.accounts.items()}
-    total = sum(sizes.values())
-    return {name: size / total for name, size in sizes.items() if total > 0}
-
-
 def _cost(
     counts: Counts,
     slots: int,
@@ -249,6 +241,5 @@ __all__ = [
     "estimate_thetas",
     "gang_price",
     "priced_out",
-    "quota_shares",
     "tenant_allocation",
 ]
