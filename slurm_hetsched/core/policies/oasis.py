@@ -141,9 +141,12 @@ class Oasis:
         restart_s: float = DEFAULT_RESTART_S,
         floor: float = DEFAULT_FLOOR,
         fixed_bounds: PriceBounds | None = None,
+        within_horizon: bool = False,
     ) -> None:
         """Args: the options (see `options`); fixed_bounds: U and L per type to use instead
-        of the estimates (the paper's setting, where they are known: tests, evaluations)."""
+        of the estimates; within_horizon: every schedule completes within the horizon, no
+        tail past it (both the paper's setting, where U and L are known and T ends every
+        schedule: tests, evaluations)."""
         if not slot_s > 0:
             raise InvalidProblemError("oasis: slot_s must be > 0")
         if not bias > 0:
@@ -152,6 +155,7 @@ class Oasis:
         self.max_changes, self.bias = max_changes, bias
         self.max_utility, self.restart_s = max_utility, restart_s
         self.floor, self.fixed_bounds = floor, fixed_bounds
+        self.within_horizon = within_horizon
 
     def allocate(self, problem: Problem) -> Allocation:
         """The round's placements and the schedules in force (module docstring).
@@ -272,7 +276,7 @@ class Oasis:
         found = self._plan(view, book, problem, idle_now_free=True)
         if (
             found is not None
-            and found.completion_s < reservation.completion_s
+            and found.end_s < reservation.completion_s
             and found.price <= book.price_of(reservation) * (1 + 1e-9)
         ):
             reservation = book.reservation(view.job_id, found)
@@ -290,6 +294,7 @@ class Oasis:
             granularity=self.granularity,
             max_changes=self.max_changes,
             current=current,
+            tails=not self.within_horizon,
         )
 
 

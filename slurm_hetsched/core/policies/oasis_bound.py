@@ -43,19 +43,20 @@ def worth(view: JobView, slot_s: float, now_s: float, horizon_end_s: float) -> J
 
 def payoff_bound(view: JobView, book: Book) -> tuple[float, float, float]:
     """An upper bound on the job's payoff, cheap enough for every waiting job every round: for
-    each configuration and end slot, its utility then minus the least price of the whole
-    slots its run needs among those before (its GPUs the cheapest of the type over all nodes, no
-    restart, no limit on changes; past the horizon the last slot's least price: the true
-    schedule can only cost more or end later). Returns (bound, utility, least
-    price) at the best configuration and end slot."""
+    each configuration and end slot, its utility when done within that slot minus the least
+    price of the whole slots its run needs among those before (its GPUs the cheapest of the
+    type over all nodes, no restart, no limit on changes; past the horizon the last slot's
+    least price: the true schedule can only cost more or end later). Returns (bound, utility,
+    least price) at the best configuration and end slot."""
     best = (-math.inf, 0.0, math.inf)
     ends = book.slot_ends
-    worth_at: dict[int, float] = {}
     for size, rates in view.sizes():
         for column, rate in enumerate(rates):
             if rate <= 0:
                 continue
             needed = math.ceil(view.steps / (rate * book.slot_s) - 1e-9)
+            # Done within its last slot: the run's part of that slot, not the slot's end.
+            early = needed * book.slot_s - view.steps / rate
             least, cheapest = book.least_prices(column, size)
             if needed <= book.slots:
                 t = np.arange(needed - 1, book.slots)
@@ -63,15 +64,11 @@ def payoff_bound(view: JobView, book: Book) -> tuple[float, float, float]:
             else:  # past the horizon: every slot, then at least the last slot's price
                 t = np.array([book.slots - 1])
                 prices = least[t, book.slots] + (needed - book.slots) * cheapest[-1]
-            for end, price in zip(t, prices, strict=True):
-                if not math.isfinite(price):
-                    continue
-                extra = max(needed - book.slots, 0)
-                key = int(end) + extra
-                if key not in worth_at:
-                    when = float(ends[int(end)]) + extra * book.slot_s
-                    worth_at[key] = view.utility.value(when, view.arrival_s)
-                utility = worth_at[key]
-                if utility - price > best[0]:
-                    best = (utility - float(price), utility, float(price))
+            extra = max(needed - book.slots, 0)
+            when = ends[t] + extra * book.slot_s - early
+            worths = view.utility.values(when, view.arrival_s)
+            payoff = np.where(np.isfinite(prices), worths - prices, -math.inf)
+            at = int(np.argmax(payoff))
+            if payoff[at] > best[0]:
+                best = (float(payoff[at]), float(worths[at]), float(prices[at]))
     return best

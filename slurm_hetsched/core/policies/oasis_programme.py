@@ -26,6 +26,7 @@ class Tables:
     cost: np.ndarray  # (slots, configs)
     full: np.ndarray  # (slots, configs) int
     cut: np.ndarray  # (slots, configs) int
+    rate: np.ndarray  # (slots, configs) steps/s, 0 where infeasible
 
     @staticmethod
     def of(job: JobView, market: Market, options: list[list[Option | None]], unit: float) -> Tables:
@@ -42,7 +43,21 @@ class Tables:
         # a unit a slot), and a long job against the horizon (its tail is counted exactly).
         full = np.floor(rate * usable / unit + 0.5).astype(np.int64)
         cut = np.floor(rate * (usable - restart) / unit + 0.5).astype(np.int64)
-        return Tables(cost, full, cut)
+        return Tables(cost, full, cut, rate)
+
+
+@dataclass(frozen=True, slots=True)
+class _End:
+    """A way to finish in one slot: its payoff, the slot, the configuration run in it, the
+    state before it (layer, state, work units) and the completion time."""
+
+    payoff: float
+    slot: int
+    config: int
+    source_layer: int
+    source_state: int
+    w0: int
+    completion_s: float
 
 
 class Programme:
@@ -67,36 +82,100 @@ class Programme:
         self.history = [cost]
 
     def best(
-        self, job: JobView, market: Market, options: list[list[Option | None]]
-    ) -> tuple[list[int], int] | None:
-        """The states of every slot up to the best end slot and the slots past the horizon
-        (0 if it ends inside), or None if it cannot end."""
-        best: tuple[float, int, int, int, int] | None = None  # payoff, slot, layer, state, tail
+        self, job: JobView, market: Market, options: list[list[Option | None]], tails: bool = True
+    ) -> tuple[list[int], int, float] | None:
+        """The states of every slot up to the best end slot, the slots past the horizon (0 if
+        it ends inside) and the completion time, or None if it cannot end."""
+        best: _End | None = None
         for t in range(market.slots):
+            before = self.history[-1]
             new = self._step(t)
-            done = new[:, :, self.total]
-            if np.isfinite(done).any():
-                layer, state = (int(i) for i in np.unravel_index(int(np.argmin(done)), done.shape))
-                value = job.utility.value(float(market.slot_ends[t]), job.arrival_s)
-                payoff = value - float(done[layer, state])
-                if best is None or payoff > best[0] + _TIE * max(1.0, abs(best[0])):
-                    best = (payoff, t, layer, state, 0)
             self.history.append(new)
+            done = float(new[:, :, self.total].min())
+            # Worth at most its utility at the slot's start, for the least price of being done.
+            begin = float(market.slot_ends[t] - market.usable_s[t])
+            if math.isfinite(done) and (
+                best is None
+                or job.utility.value(begin, job.arrival_s) - done
+                > best.payoff + _TIE * max(1.0, abs(best.payoff))
+            ):
+                found = self._finish(t, before, new, job, market)
+                if found is not None and (
+                    best is None or found.payoff > best.payoff + _TIE * max(1.0, abs(best.payoff))
+                ):
+                    best = found
             # Stop when no later end can do better: any later completion is worth at most the
             # utility at this slot's end (it never rises) and costs at least the cheapest
             # state still running (prices are never negative).
             live = float(np.min(new[:, :, : self.total]))
-            if best is not None and value_at_end(job, market, t) - live <= best[0]:
-                return self._trace(best[1], best[2], best[3], self.total), 0
+            if best is not None and value_at_end(job, market, t) - live <= best.payoff:
+                return self._path(best), 0, best.completion_s
             if not math.isfinite(live):
                 break
-        tail = self._tail(job, market, options)
-        if tail is not None and (best is None or tail[0] > best[0] + _TIE * max(1.0, abs(best[0]))):
-            _payoff, tail_layer, tail_state, w, extra = tail
-            return self._trace(market.slots - 1, tail_layer, tail_state, w), extra
+        tail = self._tail(job, market, options) if tails else None
+        if tail is not None and (
+            best is None or tail[0] > best.payoff + _TIE * max(1.0, abs(best.payoff))
+        ):
+            _payoff, tail_layer, tail_state, w, extra, completion = tail
+            return self._trace(market.slots - 1, tail_layer, tail_state, w), extra, completion
         if best is None:
             return None
-        return self._trace(best[1], best[2], best[3], self.total), 0
+        return self._path(best), 0, best.completion_s
+
+    def _finish(
+        self, t: int, before: np.ndarray, after: np.ndarray, job: JobView, market: Market
+    ) -> _End | None:
+        """The best way to finish in slot t, at the moment the work is done within it (a
+        completion counts then, as on the cluster, not at the slot's end: a faster
+        configuration's last slot is worth more): over every configuration and every state
+        before the slot it can finish from, utility then minus the price so far. At once
+        over configurations (c), sources and the work done before the slot (w)."""
+        usable = float(market.usable_s[t])
+        begin = float(market.slot_ends[t]) - usable
+        total, layers = self.total, before.shape[0]
+        configs = np.flatnonzero(np.isfinite(after[:, 2:, total]).any(axis=0))
+        if configs.size == 0:
+            return None
+        full, cut = self.tables.full[t, configs], self.tables.cut[t, configs]
+        price, rate = self.tables.cost[t, configs], self.tables.rate[t, configs]
+        low = max(total - int(max(full.max(), cut.max())), 0)
+        w = np.arange(low, total)
+        left = np.maximum(job.steps - w * self.unit, 0.0)
+        restart = min(job.restart_s, usable)
+        # (2, c, w): staying (no restart), starting or changing (after a restart).
+        run = left[None, None, :] / rate[None, :, None] + np.array([0.0, restart])[:, None, None]
+        when = begin + np.minimum(run, usable)
+        worth = job.utility.values(when, job.arrival_s) - price[None, :, None]
+        gains = np.stack([full, cut])[:, :, None]
+        worth = np.where(w[None, None, :] >= total - gains, worth, -math.inf)
+        window = before[:, :, low:total]  # (layers, states, w)
+        stay = worth[0][None] - window[:, 2 + configs]  # (layers, c, w)
+        start = worth[1][None] - window[:, NOT_STARTED][:, None]
+        change = np.full(start.shape, -math.inf)
+        which = np.zeros((layers, w.size), dtype=np.int64)
+        if layers > 1:
+            others = window[:-1, PAUSED:]
+            which[1:] = PAUSED + others.argmin(axis=1)
+            change[1:] = worth[1][None] - others.min(axis=1)[:, None]
+        payoff = np.stack([stay, start, change])  # (kind, layers, c, w)
+        kind, layer, c, at = (
+            int(k) for k in np.unravel_index(int(np.argmax(payoff)), payoff.shape)
+        )
+        value = float(payoff[kind, layer, c, at])
+        if not math.isfinite(value):
+            return None
+        config = int(configs[c])
+        source = (
+            (layer, 2 + config) if kind == 0
+            else (layer, NOT_STARTED) if kind == 1
+            else (layer - 1, int(which[layer, at]))
+        )  # fmt: skip
+        return _End(value, t, config, *source, low + at, float(when[min(kind, 1), c, at]))
+
+    def _path(self, end: _End) -> list[int]:
+        """The states of every slot up to `end`'s slot."""
+        return [*self._trace(end.slot - 1, end.source_layer, end.source_state, end.w0),
+                2 + end.config]  # fmt: skip
 
     def _step(self, t: int) -> np.ndarray:
         cost = self.history[-1]
@@ -122,13 +201,13 @@ class Programme:
 
     def _tail(
         self, job: JobView, market: Market, options: list[list[Option | None]]
-    ) -> tuple[float, int, int, int, int] | None:
+    ) -> tuple[float, int, int, int, int, float] | None:
         """The best schedule still running at the horizon's end, going on with its last
         slot's GPUs at the prices of the slots after it, where they are free: (payoff,
-        layer, state, w, extra slots)."""
+        layer, state, w, extra slots, completion). It pays for whole slots and completes
+        when its work is done."""
         cost = self.history[-1][:, :, : self.total]
         best = None
-        values: dict[int, float] = {}
         for i, option in enumerate(options[-1]):
             per_slot = 0.0 if option is None else option.rate * market.slot_s
             if option is None or per_slot <= 0:
@@ -139,18 +218,16 @@ class Programme:
             left = np.maximum(job.steps - np.arange(self.total) * self.unit, 0.0)
             extra = np.ceil(left / per_slot - 1e-9).astype(np.int64)
             costs = market.tail_costs(option.take, extra)
-            for e in np.unique(extra):
-                if int(e) not in values:
-                    end = float(market.slot_ends[-1]) + int(e) * market.slot_s
-                    values[int(e)] = job.utility.value(end, job.arrival_s)
-            worth = np.array([values[int(e)] for e in extra]) - costs
+            ends = float(market.slot_ends[-1]) + left / option.rate
+            worth = job.utility.values(ends, job.arrival_s) - costs
             payoff = worth[None, :] - rows
             # Ties (to rounding): the most work done in the horizon, the earliest completion.
             top = float(np.max(payoff))
             near = np.argwhere(payoff >= top - 1e-9 * max(1.0, abs(top)))
             layer, at = max(near.tolist(), key=lambda e: (e[1], -e[0]))
             if np.isfinite(payoff[layer, at]) and (best is None or payoff[layer, at] > best[0]):
-                best = (float(payoff[layer, at]), int(layer), 2 + i, int(at), int(extra[at]))
+                best = (float(payoff[layer, at]), int(layer), 2 + i, int(at), int(extra[at]),
+                        float(ends[at]))  # fmt: skip
         return best
 
     def _trace(self, end: int, layer: int, state: int, w: int) -> list[int]:

@@ -15,9 +15,10 @@ Heterogeneous, with moves charged (notes section 14, items 5 and 7):
   the slot's time, and a schedule makes at most `max_changes` changes (a first start is none;
   a running job staying where it is costs nothing). With no restart cost and no limit it is
   OASiS's DP_COST over per-slot workloads.
-- Every end slot is tried (OASiS's enumeration of t-hat): the payoff is the utility at the end
-  of the slot the work is done in, minus the prices. Work beyond the horizon continues on the
-  last slot's configuration at the last slot's prices.
+- Every end slot is tried (OASiS's enumeration of t-hat): the payoff is the utility at the
+  moment within that slot the work is done, minus the prices (the job holds its GPUs to the
+  slot's end). Work beyond the horizon continues on the last slot's configuration at the last
+  slot's prices.
 - Each stretch of slots on one configuration is then pinned to the GPUs cheapest over the
   whole stretch (a job does not hop between nodes of one type), and the price recomputed.
 
@@ -40,13 +41,15 @@ from slurm_hetsched.core.policies.oasis_programme import Programme, Tables
 @dataclass(frozen=True, slots=True)
 class Schedule:
     """A job's best schedule: per slot its GPUs (None: paused or done), and past the horizon
-    `tail_slots` more slots on the last slot's GPUs."""
+    `tail_slots` more slots on the last slot's GPUs. It completes at `completion_s`, within
+    its last slot (`end_s`, when the GPUs it reserved are free again)."""
 
     takes: tuple[Take | None, ...]
     tail_slots: int
     completion_s: float
     utility: float
     price: float
+    end_s: float
 
     @property
     def payoff(self) -> float:
@@ -89,12 +92,12 @@ def best_schedule(
     granularity: int,
     max_changes: int,
     current: Take | None = None,
+    tails: bool = True,
 ) -> Schedule | None:
     """The job's schedule of the largest payoff (utility minus price), or None if it cannot
-    finish at all. `current`: the GPUs it runs on now (staying there costs no restart)."""
-    # Fastest first: the programme keeps the first of equal costs, and the model counts a
-    # completion at its slot's end, so on a tie the faster configuration, done sooner in its
-    # last slot, must win.
+    finish at all. `current`: the GPUs it runs on now (staying there costs no restart);
+    `tails`: whether it may go on past the horizon."""
+    # Fastest first: the programme keeps the first of equal payoffs.
     configs = sorted(
         ((size, c) for size, rates in job.sizes() for c, r in enumerate(rates) if r > 0),
         key=lambda sc: (-dict(job.sizes())[sc[0]][sc[1]], sc[0], sc[1]),
@@ -112,12 +115,12 @@ def best_schedule(
     unit = _unit_steps(job.steps, granularity, rates, market)
     total = math.ceil(job.steps / unit - 1e-9)
     tables = Tables.of(job, market, options, unit)
-    plan = Programme(tables, total, max_changes, start, unit).best(job, market, options)
+    plan = Programme(tables, total, max_changes, start, unit).best(job, market, options, tails)
     if plan is None:
         return None
-    states, tail = plan
+    states, tail, completion = plan
     takes = _pinned(states, tail, options, market, current if start is not None else None)
-    return _priced(job, market, takes, tail)
+    return _priced(job, market, takes, tail, completion)
 
 
 def _options(
@@ -238,13 +241,16 @@ def _cost(market: Market, slots: range, take: Take) -> float:
     return sum(float(market.price[s][u]) * n for s in slots for u, n in take)
 
 
-def _priced(job: JobView, market: Market, takes: list[Take | None], tail: int) -> Schedule:
-    """The schedule with its completion, utility and price at the pinned GPUs; `tail` slots
-    past the horizon on the last slot's GPUs."""
+def _priced(
+    job: JobView, market: Market, takes: list[Take | None], tail: int, completion: float
+) -> Schedule:
+    """The schedule with its utility at `completion` and its price at the pinned GPUs; `tail`
+    slots past the horizon on the last slot's GPUs. (Pinned GPUs are never slower than the
+    programme counted, so the job completes then at the latest.)"""
     price = sum(_cost(market, range(s, s + 1), take) for s, take in enumerate(takes) if take)
     last = takes[-1]
     if tail and last is not None:
         price += float(market.tail_costs(last, tail)[0])
     end = float(market.slot_ends[len(takes) - 1]) + tail * market.slot_s
-    utility = job.utility.value(end, job.arrival_s)
-    return Schedule(tuple(takes), tail, end, utility, price)
+    utility = job.utility.value(completion, job.arrival_s)
+    return Schedule(tuple(takes), tail, completion, utility, price, end)

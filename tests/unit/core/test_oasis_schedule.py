@@ -1,6 +1,7 @@
 """OASiS's prices and dual subroutine (notes/astraea-oasis.md section 17): p(0) = L and
 p(capacity) = U, monotone; the greedy single-slot cost against the integer programme; the
-dynamic programme against brute force over every slot's choice; an exhausted GPU never pays."""
+dynamic programme against brute force over every slot's choice; an exhausted GPU never pays;
+a completion counted within its slot."""
 
 from __future__ import annotations
 
@@ -139,7 +140,8 @@ def _market(units: Units, free: np.ndarray, price: np.ndarray, slot_s: float) ->
 def _brute_force(job: JobView, market: Market, granularity: int, max_changes: int) -> float:
     """The best payoff over every sequence of per-slot choices (not running, or one
     configuration's greedy placement), with the programme's own work units, restart and change
-    rules, and a tail past the horizon on the last slot's placement."""
+    rules, completing at the moment within its last slot its steps are done, and a tail past
+    the horizon on the last slot's placement."""
     configs = [(size, c) for size, rates in job.sizes() for c, r in enumerate(rates) if r > 0]
     options = _options(job, market, configs, None)
     rates = config_rates(options)
@@ -158,27 +160,31 @@ def _brute_force(job: JobView, market: Market, granularity: int, max_changes: in
             if not math.isfinite(tables.cost[t, c]):
                 cost = math.inf
                 break
+            before, waited = work, 0.0
             if c == last:
                 work += int(tables.full[t, c])
             else:
                 work += int(tables.cut[t, c])
                 changes += 1 if started else 0
                 started = True
+                waited = min(job.restart_s, market.slot_s)
             cost += float(tables.cost[t, c])
             last = c
             if work >= total:
                 if changes <= max_changes:
-                    value = job.utility.value(float(market.slot_ends[t]), 0.0)
-                    best = max(best, value - cost)
+                    run = (job.steps - before * unit) / float(tables.rate[t, c])
+                    done = t * market.slot_s + min(waited + run, market.slot_s)
+                    best = max(best, job.utility.value(done, 0.0) - cost)
                 break
         else:
             if last >= 0 and work < total and changes <= max_changes:
                 option = options[-1][last]
                 assert option is not None
                 per_slot = option.rate * market.slot_s
-                extra = math.ceil(max(job.steps - work * unit, 0.0) / per_slot - 1e-9)
+                left = max(job.steps - work * unit, 0.0)
+                extra = math.ceil(left / per_slot - 1e-9)
                 tail = market.tail_costs(option.take, extra)[0]
-                end = float(market.slot_ends[-1]) + extra * market.slot_s
+                end = float(market.slot_ends[-1]) + left / option.rate
                 best = max(best, job.utility.value(end, 0.0) - cost - tail)
     return best
 
@@ -330,3 +336,38 @@ def test_a_slot_of_the_fastest_configuration_is_whole_work_units(steps: float) -
     bounds = estimate_bounds([JobWorth(1, 10.0, 0.0, (4.0, 2.0))], 2, 10, 8, floor=0.01)
     # worth nothing at the horizon's end: the paper's L is 0, the floor gives L = 0.01 U
     assert bounds.lower == pytest.approx(tuple(0.01 * up for up in bounds.upper))
+
+
+def test_a_completion_counts_when_the_work_is_done_within_its_slot() -> None:
+    """Both GPUs finish the job within the first slot: the K80 at 90 s, the V100 at 30 s. At
+    the slot's end both would be worth the same and the cheaper K80 would win; done 60 s
+    sooner on the V100 is worth more than its dearer slot, so it wins, done at 30 s."""
+    units = _units((Node("a", {"k80": 1}), Node("b", {"v100": 1})))
+    market = _market(units, np.ones((2, 2), dtype=np.int64), np.array([[0.1, 0.5]] * 2), 100.0)
+    job = _job((1.0, 3.0), 90.0, Utility("sigmoid", 10.0, 60.0, 3600.0 / 30))
+    found = best_schedule(job, market, granularity=30, max_changes=0)
+    assert found is not None and found.takes == (((1, 1),),)
+    assert found.completion_s == pytest.approx(30.0) and found.end_s == pytest.approx(100.0)
+    assert found.utility == pytest.approx(job.utility.value(30.0, 0.0))
+    # A flat utility gains nothing from finishing sooner: the cheaper K80.
+    flat = best_schedule(_job((1.0, 3.0), 90.0, Utility("flat", 10.0)), market,
+                         granularity=30, max_changes=0)  # fmt: skip
+    assert flat is not None and flat.takes == (((0, 1),),)
+    assert flat.completion_s == pytest.approx(90.0)
+
+
+def test_within_the_horizon_no_schedule_goes_past_it() -> None:
+    """A flat job is cheapest paused through a dear first slot and finished past the horizon;
+    held within it (the paper's T), it runs in both slots, or not at all when it cannot."""
+    units = _units((Node("b", {"v100": 1}),))
+    market = _market(units, np.ones((2, 1), dtype=np.int64), np.array([[0.5], [0.1]]), 100.0)
+    job = _job((0.0, 1.0), 200.0, Utility("flat", 10.0))
+    free_to_tail = best_schedule(job, market, granularity=20, max_changes=1)
+    assert free_to_tail is not None and free_to_tail.tail_slots == 1
+    assert free_to_tail.takes == (None, ((0, 1),))
+    assert free_to_tail.completion_s == pytest.approx(300.0)
+    within = best_schedule(job, market, granularity=20, max_changes=1, tails=False)
+    assert within is not None and within.takes == (((0, 1),), ((0, 1),))
+    assert within.completion_s == pytest.approx(200.0)
+    too_long = _job((0.0, 1.0), 250.0, Utility("flat", 10.0))
+    assert best_schedule(too_long, market, granularity=20, max_changes=1, tails=False) is None

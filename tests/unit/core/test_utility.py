@@ -5,10 +5,11 @@ from __future__ import annotations
 import itertools
 from datetime import UTC
 
+import numpy as np
 import pytest
 
 from slurm_hetsched.core.jobspec import JobSpecError, parse_job_spec
-from slurm_hetsched.core.utility import DEFAULT_MAX_UTILITY, Utility, default_utility
+from slurm_hetsched.core.utility import DEFAULT_MAX_UTILITY, SHARP_MAX, Utility, default_utility
 
 NOW = 1_800_000_000.0
 H = 3600.0
@@ -56,6 +57,27 @@ def test_every_shape_is_bounded_and_never_rises_with_completion(utility: Utility
     values = [utility.value(t, 0.0) for t in range(0, 400, 7)]
     assert all(0.0 <= v <= 3.0 for v in values)
     assert all(a >= b for a, b in itertools.pairwise(values))
+
+
+@pytest.mark.parametrize(
+    "utility",
+    [
+        Utility("sigmoid", 3.0, 100.0, 5.0),
+        Utility("sigmoid", 3.0, 100.0, 0.0),
+        Utility("sigmoid", 3.0, 100.0, SHARP_MAX),  # overflows past its target
+        Utility("linear", 3.0, 100.0),
+        Utility("deadline", 3.0, 100.0),
+        Utility("deadline", 3.0, None, due_s=150.0),
+        Utility("deadline", 3.0),  # neither: never in time
+        default_utility(50.0, 0.1, 3.0),
+        Utility("flat", 3.0),
+    ],
+)
+def test_values_at_once_equal_each_value(utility: Utility) -> None:
+    """The vectorised form a schedule search uses gives what `value` gives, one by one."""
+    times = np.array([-50.0, 0.0, 49.5, 100.0, 100.5, 150.0, 151.0, 3.6e6, 1e12])
+    expected = [utility.value(float(t), 10.0) for t in times]
+    assert utility.values(times, 10.0).tolist() == pytest.approx(expected, abs=1e-12)
 
 
 def test_spec_keys_give_the_utility() -> None:
