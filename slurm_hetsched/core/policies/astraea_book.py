@@ -62,12 +62,13 @@ class TenantBook:
 
     def quota_free_in(self, account: str, column: int, gpus: int) -> int | None:
         """Slots from now until `gpus` GPUs of the type are free in the account's quota, as
-        its jobs there are expected to end; None: not within the horizon (or no such quota)."""
+        its jobs there are expected to end, at most the horizon (not within it: at its end at
+        the soonest); None: the quota has not that many."""
         if account not in self.quota or self.quota[account][column] < gpus:
             return None
         free = self.quota[account][column] - self.own_held[account][column]
         slots = np.flatnonzero(free >= gpus)
-        return int(slots[0]) if slots.size else None
+        return int(slots[0]) if slots.size else self.horizon
 
     def expect_later(self, account: str, column: int, gpus: int, start: int, slots: int) -> None:
         """A job of the account waiting for its quota is expected to take `gpus` of it from

@@ -179,6 +179,23 @@ def test_a_job_priced_out_waits_with_the_price_and_its_utility() -> None:
     assert alloc.waiting["c1"].startswith("price=")
 
 
+def test_a_quota_busy_past_the_horizon_is_expected_free_at_its_end_not_never() -> None:
+    """acct-b's K80s are busy for 100 slots, past a horizon of 2. Its new job, losing 0.1 an
+    hour while it waits, expects its K80s at the horizon's end at the soonest: borrowing the
+    V100s (7.3 for its 10 slots) is worth less than that wait. Counted as never free (0), it
+    paid the 7.3 to gain under 0.6."""
+    slow = Utility("linear", 100.0, 1000 * 3600.0)
+    problem = make(
+        [("b0", "acct-b", 72000, FLAT), ("b1", "acct-b", 36000, slow)],
+        running=[("b0", "n3", "k80", 4)],
+        gpus={"b0": 4},
+    )
+    alloc = Astraea(restart_s=0.0, horizon=2, theta=3.0).allocate(problem)
+    assert where(alloc) == {"b0": "k80"}
+    assert alloc.waiting["b1"].startswith("own-quota-later:")
+    assert not alloc.payments
+
+
 def test_batchsche_keeps_every_account_to_its_own_quota() -> None:
     problem = make([("b1", "acct-b", 3000, STEEP), ("a1", "acct-a", 3000, STEEP)])
     alloc = run(problem, BatchSche)
