@@ -1,7 +1,8 @@
 """`hetsched tenants`: per account, its GPU quota per type, the GPUs its jobs hold now, the
 GPU-hours it borrowed and lent, what it paid and received (credits = received - paid), and its
 revenue fairness ratio alpha (Astraea section 8.2: its share of all revenue over its share of
-the quotas; 1 = fair, above 1 = it gained from sharing).
+the quotas, the mean over GPU types of its share of each, as the benchmark counts it; 1 =
+fair, above 1 = it gained from sharing).
 
 Revenue, live: the utility of each of the account's jobs that finished (at the first round
 that no longer saw it, by its spec's utility) plus what it received minus what it paid. A job
@@ -15,7 +16,7 @@ import math
 from collections.abc import Mapping, Sequence
 
 from slurm_hetsched.core.model import POOL_OWNER, Job
-from slurm_hetsched.core.policies.astraea_pricing import fairness_ratio
+from slurm_hetsched.core.policies.astraea_pricing import fairness_ratio, quota_shares
 from slurm_hetsched.core.ports import RoundRecord
 from slurm_hetsched.store.ledger import AccountTotals, LedgerRow, totals
 
@@ -67,8 +68,7 @@ def format_tenants(
     accounts = sorted((set(quotas) | set(sums) | set(utility) | set(held)) - {POOL_OWNER})
     revenue = {a: utility.get(a, 0.0) + sums.get(a, AccountTotals()).credits for a in accounts}
     total_revenue = sum(revenue.values())
-    quota_size = {a: sum(quotas.get(a, {}).values()) for a in accounts}
-    all_quota = sum(quota_size.values())
+    shares = quota_shares({a: quotas.get(a, {}) for a in accounts})
     header = (
         f"{'account':<16} {'quota':<18} {'in use':<18} {'borrowed':>9} {'lent':>8} "
         f"{'paid':>9} {'received':>9} {'credits':>9} {'alpha':>6}"
@@ -76,8 +76,7 @@ def format_tenants(
     lines = [header, "-" * len(header)]
     for account in accounts:
         t = sums.get(account, AccountTotals())
-        share = quota_size[account] / all_quota if all_quota else 0.0
-        alpha = fairness_ratio(revenue[account], total_revenue, share)
+        alpha = fairness_ratio(revenue[account], total_revenue, shares[account])
         lines.append(
             f"{account or '(none)':<16} {_gpus(quotas.get(account, {})):<18} "
             f"{_gpus(held.get(account, {})):<18} {t.borrowed_gpu_h:>8.2f}h {t.lent_gpu_h:>7.2f}h "

@@ -43,6 +43,7 @@ import numpy as np
 
 from slurm_hetsched import data_files
 from slurm_hetsched.core.model import SUBLINEAR_EXPONENT, Account, Node
+from slurm_hetsched.core.policies.astraea_pricing import quota_shares as shares_of_quotas
 from slurm_hetsched.core.problem import SiteData, table_rate
 from slurm_hetsched.core.throughput import ThroughputTable
 from slurm_hetsched.core.utility import Utility
@@ -164,19 +165,9 @@ def tenant_quotas(
 
 
 def quota_shares(accounts: Mapping[str, Account]) -> dict[str, float]:
-    """Account -> the mean over GPU types (those any account owns) of its share of the
-    type's quotas; 0 for an account without quota."""
-    totals: dict[str, int] = {}
-    for account in accounts.values():
-        for gpu_type, count in account.quota.items():
-            totals[gpu_type] = totals.get(gpu_type, 0) + count
-    types_ = [t for t, n in totals.items() if n > 0]
-    if not types_:
-        return dict.fromkeys(accounts, 0.0)
-    return {
-        name: sum(a.quota.get(t, 0) / totals[t] for t in types_) / len(types_)
-        for name, a in accounts.items()
-    }
+    """Account -> its share of the quotas (astraea_pricing.quota_shares, as `hetsched
+    tenants` counts it)."""
+    return shares_of_quotas({name: account.quota for name, account in accounts.items()})
 
 
 def largest_job(account: Account, counts: Sequence[int]) -> int:

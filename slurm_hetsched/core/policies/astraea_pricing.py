@@ -70,6 +70,24 @@ def split_payment(amount: float, idle_by_owner: Mapping[str, float]) -> dict[str
     return parts
 
 
+def quota_shares(quotas: Mapping[str, Mapping[str, int]]) -> dict[str, float]:
+    """Account -> its share of the quotas, the fairness ratio's denominator: the mean over
+    GPU types (those any account owns) of its quota of the type over all accounts' quotas
+    of it (section 8.2's mean of the worker and parameter-server shares, one term per
+    type); 0 for an account without quota."""
+    totals: dict[str, int] = {}
+    for quota in quotas.values():
+        for gpu_type, count in quota.items():
+            totals[gpu_type] = totals.get(gpu_type, 0) + count
+    owned = [t for t, n in totals.items() if n > 0]
+    if not owned:
+        return dict.fromkeys(quotas, 0.0)
+    return {
+        name: sum(quota.get(t, 0) / totals[t] for t in owned) / len(owned)
+        for name, quota in quotas.items()
+    }
+
+
 def fairness_ratio(revenue: float, total_revenue: float, quota_share: float) -> float:
     """alpha_u = (g_u / total revenue) / (u's share of the quotas) (section 8.2; with two
     resource classes the share is the mean of the two shares). NaN when either share is 0
@@ -84,6 +102,7 @@ __all__ = [
     "duration_slots",
     "fairness_ratio",
     "posted_price",
+    "quota_shares",
     "split_payment",
     "theta_for",
 ]

@@ -9,7 +9,7 @@ from itertools import pairwise
 
 import pytest
 
-from slurm_hetsched.core.policies.astraea_pricing import duration_slots, posted_price
+from slurm_hetsched.core.policies.astraea_pricing import duration_slots, posted_price, quota_shares
 from slurm_hetsched.core.policies.astraea_reference import (
     AstraeaRun,
     Turn,
@@ -91,6 +91,18 @@ def test_duration_oracles() -> None:
 
 
 # --- section 6: the worked example -----------------------------------------------------------
+
+
+def test_quota_shares_weigh_each_gpu_type_alike() -> None:
+    """Section 8.2's share is the mean of a tenant's shares of each resource: owning all of
+    the 2 V100s is half the quotas, as owning all of the 6 K80s is (by GPUs, a quarter and
+    three quarters). The benchmark and `hetsched tenants` both count it so."""
+    quotas = {"a": {"v100": 2}, "b": {"k80": 6}, "c": {}}
+    assert quota_shares(quotas) == {"a": 0.5, "b": 0.5, "c": 0.0}
+    assert quota_shares({"a": {"v100": 1, "k80": 1}, "b": {"k80": 3}}) == pytest.approx(
+        {"a": (1 + 0.25) / 2, "b": 0.75 / 2}
+    )
+    assert quota_shares({"x": {}}) == {"x": 0.0}
 
 
 def test_example_batch_is_j2_in_8_to_16() -> None:
