@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from slurm_hetsched.cli.banner import quiet_solver_banner
-from slurm_hetsched.cli.values import non_negative_seconds, positive_seconds
+from slurm_hetsched.cli.values import non_negative_seconds, positive_count, positive_seconds
 from slurm_hetsched.errors import ConfigError
 
 DEFAULT_CONFIG = Path("/etc/hetsched/hetsched.toml")
@@ -112,9 +112,8 @@ def add_rounds(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
 def rounds_command(args: argparse.Namespace) -> int:
     from slurm_hetsched.controller.commands import show_rounds
 
-    if args.last is not None and args.last < 1:
-        raise ConfigError(f"--last must be >= 1, got {args.last}")
-    return show_rounds(_load_controller_config(args), last=args.last, job=args.job, out=sys.stdout)
+    last = positive_count(args.last, "--last")
+    return show_rounds(_load_controller_config(args), last=last, job=args.job, out=sys.stdout)
 
 
 def add_status(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -144,8 +143,15 @@ def add_tenants(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
             "Tenant policies (astraea): per Slurm account, its GPU quota per type, the GPUs "
             "its jobs hold now, GPU-hours borrowed from and lent to other accounts, what it "
             "paid and received (credits), and its revenue fairness ratio alpha. Read-only: "
-            "reads the controller's store (docs/admin.md, \"Tenants and quotas\")."
+            'reads the controller\'s store (docs/admin.md, "Tenants and quotas").'
         ),
+    )
+    p.add_argument(
+        "--last",
+        type=int,
+        metavar="N",
+        help="only the last N rounds: their payments and the jobs that finished in them "
+        "(default: every recorded round)",
     )
     _add_config(p)
 
@@ -153,7 +159,8 @@ def add_tenants(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
 def tenants_command(args: argparse.Namespace) -> int:
     from slurm_hetsched.controller.commands import show_tenants
 
-    return show_tenants(_load_controller_config(args), out=sys.stdout)
+    last = positive_count(args.last, "--last")
+    return show_tenants(_load_controller_config(args), out=sys.stdout, last=last)
 
 
 def add_handback(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

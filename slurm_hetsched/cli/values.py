@@ -22,6 +22,12 @@ def positive_seconds(value: float, flag: str) -> float:
     return value
 
 
+def positive_count(value: int | None, flag: str) -> int | None:
+    if value is not None and value < 1:
+        raise ConfigError(f"{flag} {value}: expected a whole number >= 1")
+    return value
+
+
 def non_negative_seconds(value: float, flag: str) -> float:
     if not value >= 0:
         raise ConfigError(f"{flag} {value}: expected a number of seconds >= 0")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import math
 import sys
 from datetime import datetime
 from pathlib import Path
@@ -297,9 +298,11 @@ def store_path_hint(path: Path) -> str:
     return f"{path} (set controller.store in the config)"
 
 
-def show_tenants(config: ControllerConfig, *, out: TextIO) -> int:
+def show_tenants(config: ControllerConfig, *, out: TextIO, last: int | None = None) -> int:
     """Per account: quota, GPUs in use, GPU-hours borrowed and lent, payments, credits and
-    the revenue fairness ratio (controller/tenants_report.py). Reads the store only."""
+    the revenue fairness ratio (controller/tenants_report.py), over every recorded round or
+    the `last` ones (payments of those rounds, jobs that finished in them). Reads the store
+    only."""
     from slurm_hetsched.controller.tenants_report import format_tenants
 
     if not config.store.exists():
@@ -311,7 +314,12 @@ def show_tenants(config: ControllerConfig, *, out: TextIO) -> int:
         quotas = {}
     store = SqliteStore(config.store)
     try:
-        print(format_tenants(quotas, store.ledger(), store.rounds()), file=out)
+        records = store.rounds(last)
+        rows = store.ledger()
+        if last is not None:
+            first = records[0].round if records else math.inf
+            rows = [row for row in rows if row.round >= first]
+        print(format_tenants(quotas, rows, records), file=out)
     finally:
         store.close()
     return 0

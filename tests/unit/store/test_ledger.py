@@ -86,3 +86,36 @@ def test_a_reopened_store_keeps_the_ledger_and_a_round_written_twice_counts_once
         assert store.ledger() == before
     finally:
         store.close()
+
+
+def test_tenants_over_the_last_rounds_counts_only_their_payments(tmp_path: Path) -> None:
+    """`hetsched tenants --last N`: what the accounts paid in the last N rounds, not before."""
+    import io
+
+    from slurm_hetsched.controller.commands import show_tenants
+    from slurm_hetsched.controller.config import ControllerConfig
+
+    db = tmp_path / "hetsched.sqlite"
+    _run_rounds(db, 3)
+    store = SqliteStore(db)
+    try:
+        rows = store.ledger()
+    finally:
+        store.close()
+    config = ControllerConfig(store=db, tenant_quotas=QUOTAS)
+    paid = {
+        last: sum(r.amount for r in rows if r.payer == "acct-c" and r.round > 3 - last)
+        for last in (1, 3)
+    }
+    assert paid[3] > paid[1] > 0, "acct-c borrowed in every round, and in the first ones too"
+    for last, expected in paid.items():
+        out = io.StringIO()
+        assert show_tenants(config, out=out, last=last) == 0
+        line = next(x for x in out.getvalue().splitlines() if x.startswith("acct-c"))
+        assert f"{expected:.2f}" in line.split()
+    whole = io.StringIO()
+    show_tenants(config, out=whole)
+    assert (
+        f"{paid[3]:.2f}"
+        in next(x for x in whole.getvalue().splitlines() if x.startswith("acct-c")).split()
+    )
