@@ -10,7 +10,11 @@ from datetime import datetime
 from pathlib import Path
 from typing import TextIO
 
-from slurm_hetsched.controller.admin_comment import describe_share, describe_target
+from slurm_hetsched.controller.admin_comment import (
+    describe_borrowing,
+    describe_share,
+    describe_target,
+)
 from slurm_hetsched.controller.config import ConfigError, ControllerConfig, effective_quotas
 from slurm_hetsched.controller.dry_run import DryRunController
 from slurm_hetsched.controller.enact import EnactSettings
@@ -265,6 +269,9 @@ def show_status(config: ControllerConfig, *, out: TextIO) -> int:
         marked = marked or "~" in share
         if last is not None and key in last.allocation.waiting:
             share += f" waiting:{last.allocation.waiting[key]}"  # a pricing policy's why
+        if last is not None and key in placements:  # a tenant policy's charge this round
+            borrowing = describe_borrowing((last.allocation.payments or {}).get(key))
+            share += f" {borrowing}" if borrowing else ""
         restart = describe_estimate(
             restarts.estimates.get(key, RestartEstimate(None, "default")), config.restart_s
         )

@@ -125,6 +125,9 @@ def test_tenants_borrow_pay_and_get_their_quota_back(
     payment = (record.allocation.payments or {})[b1]
     assert payment.payer == "acct-b" and set(payment.lent) == {"acct-a"} and payment.amount > 0
     assert "borrowed v100x2 from acct-a" in seen[b1].admin_comment, seen[b1].admin_comment
+    status = ctl.command("status")
+    assert status.returncode == 0, status.stderr
+    assert "borrowed v100x2 from acct-a" in status.stdout, status.stdout
     wait_for(lambda: _step(state_root, b1) >= 40, "acct-b's job training on the V100s", 120)
 
     # 2. acct-a submits: its job gets its V100s at the next round, acct-b's job goes back to
