@@ -24,8 +24,6 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-import numpy as np
-
 # The utility of a job whose spec gives no `umax=`: what it is worth when finished in time.
 DEFAULT_MAX_UTILITY = 100.0
 UTILITY_KINDS = ("sigmoid", "linear", "deadline")
@@ -77,31 +75,6 @@ class Utility:
             late_s = max(0.0, completion_s - self.due_s)
             return max(0.0, top - self.tardiness_weight * late_s)
         return top  # flat: finishing is what counts
-
-    def values(self, completions_s: np.ndarray, arrival_s: float) -> np.ndarray:
-        """`value` of each completion time in `completions_s`, at once (a schedule search
-        weighs many ends)."""
-        when = np.asarray(completions_s, dtype=float)
-        elapsed = np.maximum(when - arrival_s, 0.0)
-        top = self.max_utility
-        if self.kind == "sigmoid":
-            assert self.target_s is not None
-            exponent = self.sharpness_per_h * (elapsed - self.target_s) / _HOUR_S
-            with np.errstate(over="ignore"):
-                out = top / (1.0 + np.exp(np.minimum(exponent, 700.0)))
-            return np.where(exponent > 700, 0.0, out)
-        if self.kind == "linear":
-            assert self.target_s is not None
-            return top * np.maximum(0.0, 1.0 - elapsed / self.target_s)
-        if self.kind == "deadline":
-            deadline = self.due_s if self.target_s is None else arrival_s + self.target_s
-            if deadline is None:
-                return np.zeros_like(when)
-            return np.where(when <= deadline, top, 0.0)
-        if self.kind == "tardiness" and self.due_s is not None:
-            late_s = np.maximum(0.0, when - self.due_s)
-            return np.maximum(0.0, top - self.tardiness_weight * late_s)
-        return np.full_like(when, top)
 
 
 def default_utility(

@@ -12,6 +12,7 @@ import numpy as np
 from slurm_hetsched.core.policies.hadar_alloc import JobView
 from slurm_hetsched.core.policies.oasis_book import Book
 from slurm_hetsched.core.policies.oasis_prices import JobWorth
+from slurm_hetsched.core.utility_values import utility_values
 
 
 def timespan(worths: list[JobWorth], horizon: int) -> int:
@@ -66,7 +67,7 @@ def payoff_bound(view: JobView, book: Book) -> tuple[float, float, float]:
                 prices = least[t, book.slots] + (needed - book.slots) * cheapest[-1]
             extra = max(needed - book.slots, 0)
             when = ends[t] + extra * book.slot_s - early
-            worths = view.utility.values(when, view.arrival_s)
+            worths = utility_values(view.utility, when, view.arrival_s)
             payoff = np.where(np.isfinite(prices), worths - prices, -math.inf)
             at = int(np.argmax(payoff))
             if payoff[at] > best[0]:

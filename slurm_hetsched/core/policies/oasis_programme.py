@@ -11,6 +11,7 @@ import numpy as np
 
 from slurm_hetsched.core.policies.hadar_alloc import JobView
 from slurm_hetsched.core.policies.oasis_market import Market, Option
+from slurm_hetsched.core.utility_values import utility_values
 
 NOT_STARTED, PAUSED = 0, 1  # the two states without GPUs; configurations follow
 # Payoffs this close (relative) are a tie, which goes to the earlier end: a job worth the same
@@ -145,7 +146,7 @@ class Programme:
         # (2, c, w): staying (no restart), starting or changing (after a restart).
         run = left[None, None, :] / rate[None, :, None] + np.array([0.0, restart])[:, None, None]
         when = begin + np.minimum(run, usable)
-        worth = job.utility.values(when, job.arrival_s) - price[None, :, None]
+        worth = utility_values(job.utility, when, job.arrival_s) - price[None, :, None]
         gains = np.stack([full, cut])[:, :, None]
         worth = np.where(w[None, None, :] >= total - gains, worth, -math.inf)
         window = before[:, :, low:total]  # (layers, states, w)
@@ -219,7 +220,7 @@ class Programme:
             extra = np.ceil(left / per_slot - 1e-9).astype(np.int64)
             costs = market.tail_costs(option.take, extra)
             ends = float(market.slot_ends[-1]) + left / option.rate
-            worth = job.utility.values(ends, job.arrival_s) - costs
+            worth = utility_values(job.utility, ends, job.arrival_s) - costs
             payoff = worth[None, :] - rows
             # Ties (to rounding): the most work done in the horizon, the earliest completion.
             top = float(np.max(payoff))
