@@ -24,7 +24,7 @@ def positive_seconds(value: float, flag: str) -> float:
 
 def positive_count(value: int | None, flag: str) -> int | None:
     if value is not None and value < 1:
-        raise ConfigError(f"{flag} {value}: expected a whole number >= 1")
+        raise ConfigError(f"{flag} must be >= 1, got {value}")
     return value
 
 

@@ -391,10 +391,13 @@ def test_rounds_without_a_store_says_so(tmp_path: Path, capsys: pytest.CaptureFi
     assert "no rounds recorded yet" in err and "none.sqlite" in err
 
 
-def test_rounds_last_must_be_positive(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+@pytest.mark.parametrize("command", ["rounds", "tenants"])
+def test_last_must_be_positive(
+    command: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     path = write(tmp_path, "[controller]\nround_s = 30\n")
-    assert main(["rounds", "--config", str(path), "--last", "0"]) == 1
-    assert "--last must be >= 1" in capsys.readouterr().err
+    assert main([command, "--config", str(path), "--last", "0"]) == 1
+    assert "--last must be >= 1, got 0" in capsys.readouterr().err
 
 
 def test_round_mechanism_keys_reach_the_tick(tmp_path: Path) -> None:
