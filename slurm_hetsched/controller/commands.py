@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import math
 import sys
 from datetime import datetime
 from pathlib import Path
@@ -322,11 +321,9 @@ def show_tenants(config: ControllerConfig, *, out: TextIO, last: int | None = No
     store = SqliteStore(config.store)
     try:
         records = store.rounds(last)
-        rows = store.ledger()
-        if last is not None:
-            first = records[0].round if records else math.inf
-            rows = [row for row in rows if row.round >= first]
-        print(format_tenants(quotas, rows, records), file=out)
+        # With --last, only the payments of those rounds (none when no round is recorded).
+        since = 0 if last is None else records[0].round if records else sys.maxsize
+        print(format_tenants(quotas, store.ledger(since), records), file=out)
     finally:
         store.close()
     return 0

@@ -271,10 +271,13 @@ class SqliteStore:
 
     # -- internals -----------------------------------------------------------------------------
 
-    def ledger(self) -> list[LedgerRow]:
-        """Every payment recorded, oldest round first (store/ledger.py sums them)."""
+    def ledger(self, since_round: int = 0) -> list[LedgerRow]:
+        """Every payment recorded from round `since_round` on, oldest round first
+        (store/ledger.py sums them)."""
         rows = self._db.execute(
-            f"SELECT {', '.join(LEDGER_COLUMNS)} FROM ledger ORDER BY round, job, owner"
+            f"SELECT {', '.join(LEDGER_COLUMNS)} FROM ledger WHERE round >= ? "
+            "ORDER BY round, job, owner",
+            (since_round,),
         ).fetchall()
         return [LedgerRow(*row) for row in rows]
 

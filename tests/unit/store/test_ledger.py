@@ -10,13 +10,14 @@ import pytest
 from slurm_hetsched.controller.tenants_report import format_tenants
 from slurm_hetsched.core.model import POOL_OWNER, Account, Node
 from slurm_hetsched.core.policies import get_policy
+from slurm_hetsched.core.ports import RoundRecord
 from slurm_hetsched.core.problem import SiteData
 from slurm_hetsched.data_files import shipped_gpu_types, shipped_site_energy, shipped_throughputs
 from slurm_hetsched.rounds.clocks import SimClock
 from slurm_hetsched.rounds.tick import Tick, TickSettings
 from slurm_hetsched.sim.cluster import SimulatedCluster
 from slurm_hetsched.sim.generate import generate_trace
-from slurm_hetsched.store.ledger import conserved, totals
+from slurm_hetsched.store.ledger import LedgerRow, conserved, totals
 from slurm_hetsched.store.sqlite import SqliteStore
 
 NODES = (Node("a", {"v100": 4}), Node("b", {"p100": 4}), Node("c", {"k80": 4}))
@@ -40,15 +41,19 @@ def _run_rounds(db: Path, rounds: int) -> None:
         clock.sleep_until((round_ + 1) * 360.0)
 
 
+def _stored(db: Path) -> tuple[list[LedgerRow], list[RoundRecord]]:
+    """The ledger and the rounds in the store at `db`."""
+    store = SqliteStore(db)
+    try:
+        return store.ledger(), store.rounds()
+    finally:
+        store.close()
+
+
 def test_payments_are_recorded_per_round_and_owner_and_conserved(tmp_path: Path) -> None:
     db = tmp_path / "hetsched.sqlite"
     _run_rounds(db, 3)
-    store = SqliteStore(db)
-    try:
-        rows = store.ledger()
-        records = store.rounds()
-    finally:
-        store.close()
+    rows, records = _stored(db)
     assert rows, "acct-c has no quota: its jobs can only borrow, and pay"
     assert {r.round for r in rows} <= {1, 2, 3}
     assert {r.payer for r in rows} <= {"acct-b", "acct-c"}
@@ -97,11 +102,7 @@ def test_tenants_over_the_last_rounds_counts_only_their_payments(tmp_path: Path)
 
     db = tmp_path / "hetsched.sqlite"
     _run_rounds(db, 3)
-    store = SqliteStore(db)
-    try:
-        rows = store.ledger()
-    finally:
-        store.close()
+    rows, _records = _stored(db)
     config = ControllerConfig(store=db, tenant_quotas=QUOTAS)
     paid = {
         last: sum(r.amount for r in rows if r.payer == "acct-c" and r.round > 3 - last)
