@@ -211,9 +211,9 @@ def _pinned(
         # As fast as the fastest slot the programme counted: a stretch pinned to GPUs spread
         # over nodes where it counted a whole node would fall behind its schedule.
         fastest = max(o.rate for o in chosen if o is not None)
+        # The current GPUs are among them when the programme chose them (they are offered
+        # in the first slot for their own configuration only).
         candidates = {o.take for o in chosen if o is not None}
-        if current is not None and t == 0:
-            candidates.add(current)
         fits = [
             c
             for c in candidates
@@ -234,7 +234,7 @@ def _rate(options: list[list[Option | None]], slots: range, states: list[int], t
         option = options[s][states[s] - 2]
         if option is not None and option.take == take:
             return option.rate
-    return math.inf  # the current GPUs: their rate was checked when they were offered
+    return 0.0  # never: every candidate is one of the stretch's options
 
 
 def _cost(market: Market, slots: range, take: Take) -> float:

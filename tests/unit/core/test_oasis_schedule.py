@@ -322,6 +322,23 @@ def test_a_stretch_is_never_pinned_to_gpus_slower_than_the_programme_counted() -
     assert found.takes[1] == tuple(sorted(((a, 1), (b, 1))))
 
 
+def test_a_running_job_moved_to_a_faster_type_is_pinned_there_not_left_where_it_runs() -> None:
+    """A job running on a K80 whose best schedule is the V100 (8x faster): its stretch is
+    pinned to the V100, not to the K80 it runs on now. (It was: the current GPUs were a
+    candidate for any first stretch, and the job ran its V100 schedule at the K80's rate,
+    overran it and was planned again, round after round.)"""
+    units = _units((Node("a", {"k80": 1}), Node("b", {"v100": 1})))
+    k80, v100 = (units.nodes.index(n) for n in ("a", "b"))
+    free = np.ones((4, 2), dtype=np.int64)
+    price = np.full((4, 2), 0.01)
+    market = _market(units, free, price, 100.0)
+    job = _job((1.0, 8.0), 1600.0, Utility("linear", 100.0, 1000.0), restart_s=10.0)
+    found = best_schedule(job, market, granularity=32, max_changes=2, current=((k80, 1),))
+    assert found is not None and found.tail_slots == 0
+    assert found.takes[0] == ((v100, 1),) and found.takes[1] == ((v100, 1),)
+    assert all(take in (None, ((v100, 1),)) for take in found.takes)
+
+
 @pytest.mark.parametrize("steps", [1000.0, 12345.0, 4e6])
 def test_a_slot_of_the_fastest_configuration_is_whole_work_units(steps: float) -> None:
     """Rounded there, the horizon's slots did less than the tail past it (counted exactly),
