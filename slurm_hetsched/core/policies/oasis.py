@@ -73,9 +73,11 @@ DEFAULT_BIAS = 0.8
 # L is at least this x U. The paper's L (eq. (24)) is the least utility per GPU-slot of any job
 # finishing at the horizon's end: ~0 for a time-critical sigmoid, which priced a GPU at ~0
 # until its type was nearly full, so the first jobs took the fast GPUs whatever they were
-# worth. Swept on benchmarks/oasis.py (docs/simulation.md): 1e-9 -> 3e-4 raised total utility
-# at 32 jobs/h by 6-8%; 1e-3 was lower at every rate but one.
-DEFAULT_FLOOR = 3e-4
+# worth. Swept on benchmarks/oasis.py (docs/simulation.md): with prices per node 1e-9 -> 3e-4
+# raised total utility at 32 jobs/h by 6-8%; with a type's offer at its load spread evenly
+# (oasis_book.Book.market) 3e-5 was the one value ahead of every baseline at every rate
+# (1e-4 and 3e-4 trailed at 4 jobs/h, 1e-4 led at 16 and 32).
+DEFAULT_FLOOR = 3e-5
 
 
 class Oasis:
@@ -145,8 +147,9 @@ class Oasis:
     ) -> None:
         """Args: the options (see `options`); fixed_bounds: U and L per type to use instead
         of the estimates; within_horizon: every schedule completes within the horizon, no
-        tail past it (both the paper's setting, where U and L are known and T ends every
-        schedule: tests, evaluations)."""
+        tail past it, and an arriving job pays for this slot's idle GPUs as for any (the
+        paper's setting, where U and L are known and T ends every schedule: tests,
+        evaluations)."""
         if not slot_s > 0:
             raise InvalidProblemError("oasis: slot_s must be > 0")
         if not bias > 0:
@@ -156,6 +159,10 @@ class Oasis:
         self.max_utility, self.restart_s = max_utility, restart_s
         self.floor, self.fixed_bounds = floor, fixed_bounds
         self.within_horizon = within_horizon
+        # Ours: GPUs of this slot that no schedule holds are free to whoever is planned now
+        # (unused they are lost; a job arriving later comes at the next round at the
+        # earliest). The paper prices them as any others.
+        self.idle_now_free = not within_horizon
 
     def allocate(self, problem: Problem) -> Allocation:
         """The round's placements and the schedules in force (module docstring).
@@ -193,14 +200,14 @@ class Oasis:
         waiting: dict[str, str] = {}
         by_id = {v.job_id: v for v in views}
         for job_id in replan:
-            found = self._plan(by_id[job_id], book, problem)
+            found = self._plan(by_id[job_id], book, problem, self.idle_now_free)
             if found is None:
                 waiting[job_id] = "no-room-in-horizon"
                 continue
             kept[job_id] = book.reservation(job_id, found)
             book.hold(kept[job_id])
         order = [int(i) for i in np.lexsort((np.arange(problem.n_jobs), problem.arrival_s))]
-        paused = [m for m in order if problem.job_ids[m] in kept]
+        admitted_before = [m for m in order if problem.job_ids[m] in kept]
         for m in order:
             job_id = problem.job_ids[m]
             if job_id in kept or job_id in waiting:
@@ -213,7 +220,7 @@ class Oasis:
                     else f"price={least:.3g}>utility={utility:.3g}"
                 )
                 continue
-            found = self._plan(views[m], book, problem)
+            found = self._plan(views[m], book, problem, self.idle_now_free)
             if found is None:
                 waiting[job_id] = "no-room-in-horizon"
             elif found.payoff > 0:
@@ -221,20 +228,17 @@ class Oasis:
                 book.hold(kept[job_id])
             else:
                 waiting[job_id] = f"price={found.price:.3g}>utility={found.utility:.3g}"
-        # After the arrivals (they come first): admitted jobs paused now may take GPUs left
-        # idle in this slot. Not a job planned to end past the horizon: its tail goes on at
-        # the last slot's configuration, so a sooner schedule is rarely there to find, and a
-        # programme for each such job each round costs as much as all the admissions.
-        for m in paused:
+        # After the arrivals (they come first): a job admitted before that is paused now, or
+        # runs on GPUs slower than some left idle in this slot, may take those. Not a job
+        # planned to end past the horizon: its tail goes on at the last slot's configuration,
+        # so a sooner schedule is rarely there to find, and a programme for each such job
+        # each round costs as much as all the admissions.
+        for m in admitted_before:
             job_id = problem.job_ids[m]
-            idle = book.idle_now()
             reservation = kept[job_id]
-            if reservation.placement_at(slot) is not None or reservation.completion_s > horizon_end:
+            if reservation.completion_s > horizon_end:
                 continue
-            if any(
-                idle.get(c, 0) >= size for size, rates in views[m].sizes()
-                for c, rate in enumerate(rates) if rate > 0
-            ):  # fmt: skip
+            if _faster_idle(views[m], reservation.placement_at(slot), book):
                 kept[job_id] = self._sooner(views[m], reservation, book, problem)
         if not book.busy_now():
             self._admit_on_idle(views, order, kept, waiting, book, problem)
@@ -267,11 +271,13 @@ class Oasis:
     def _sooner(
         self, view: JobView, reservation: Reservation, book: Book, problem: Problem
     ) -> Reservation:
-        """An admitted job paused now (ours; OASiS never revises a schedule): a schedule
-        that finishes sooner at no higher price than its own, at the prices now and not
-        counting GPUs of this slot that nobody reserved (unused, they are lost), replaces it.
+        """An admitted job paused now or on GPUs slower than some idle now (ours; OASiS
+        never revises a schedule): a schedule that finishes sooner at no higher price than
+        its own, at the prices now and not counting GPUs of this slot that nobody reserved
+        (unused, they are lost), replaces it.
         So GPUs that fell idle (a job done early) are not left idle while it waits for its
-        slots; no other job's schedule changes."""
+        slots or runs slower elsewhere (a move is charged its restart); no other job's
+        schedule changes."""
         book.release(reservation)
         found = self._plan(view, book, problem, idle_now_free=True)
         if (
@@ -296,6 +302,21 @@ class Oasis:
             current=current,
             tails=not self.within_horizon,
         )
+
+
+def _faster_idle(view: JobView, placement: Placement | None, book: Book) -> bool:
+    """Whether a whole gang of the job fits now on a node's idle GPUs of a type faster for
+    it than its GPUs now (any type when `placement` is None: paused)."""
+    now_rate = 0.0
+    if placement is not None:
+        take = book.take_of(placement)
+        now_rate = math.inf if take is None else view.rate_on(book.units, take)
+    idle = book.idle_now()
+    return any(
+        idle.get(column, 0) >= size and rate > now_rate
+        for size, rates in view.sizes()
+        for column, rate in enumerate(rates)
+    )
 
 
 def _allocation(

@@ -52,7 +52,8 @@ class Book:
         # the next round, a slot later when the slot is the round.
         self.slot_ends = now_s + (1 + np.arange(slots)) * slot_s
         self.usable_s = np.full(slots, slot_s)
-        self._least: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = {}
+        self._least: dict[tuple[int, int], np.ndarray] = {}
+        self._offers: tuple[np.ndarray, np.ndarray] | None = None
 
     def _ensure(self, rows: int) -> None:
         """At least `rows` rows (base rows appended)."""
@@ -60,6 +61,7 @@ class Book:
         if more > 0:
             self.held = np.vstack([self.held, np.tile(self.base_held, (more, 1))])
             self.price = np.vstack([self.price, np.tile(self.base_price, (more, 1))])
+            self._offers = None
 
     def take_of(self, placement: Placement) -> Take | None:
         """The placement as (unit, GPUs) pairs, or None if a node or type is not there."""
@@ -88,11 +90,14 @@ class Book:
 
     def price_of(self, reservation: Reservation) -> float:
         """What `reservation`'s slots from the first on cost at the prices now (itself not
-        held)."""
+        held), as a schedule is priced: a whole-node placement at the offers (`market`)."""
+        runs = self._runs(reservation)  # first: it may add rows
+        offer = self.offers()[0]
         return sum(
-            float(self.price[low : high + 1, u].sum()) * n
-            for low, high, take in self._runs(reservation)
-            for u, n in take or ()
+            float((offer if len(take) == 1 else self.price)[low : high + 1, u].sum()) * n
+            for low, high, take in runs
+            if take
+            for u, n in take
         )
 
     def _add(self, reservation: Reservation, sign: int) -> None:
@@ -104,6 +109,7 @@ class Book:
         for u in touched:
             self._reprice(u)
         self._least.clear()
+        self._offers = None
 
     def busy_now(self) -> bool:
         """Whether any schedule holds a GPU in this slot."""
@@ -117,25 +123,25 @@ class Book:
             idle[column] = max(idle.get(column, 0), free)
         return idle
 
-    def least_prices(self, column: int, size: int) -> tuple[np.ndarray, np.ndarray]:
-        """For `size` GPUs of type `column`: (slots, slots + 1) [t, n] the least
-        price of n slots among the first t + 1 (inf where fewer than n have room), and
-        (slots,) the cheapest price in each slot: the bound oasis.payoff_bound uses. The
-        GPUs may be on several nodes (a lower bound for a whole node too)."""
+    def least_prices(self, column: int, size: int) -> np.ndarray:
+        """(slots,) the least price of `size` GPUs of type `column` in each slot (inf where
+        they are not free), as a schedule pays (oasis_schedule._options): the type's offer
+        where a node has them all free, else the cheapest free GPUs over nodes; this slot's
+        cost nothing where they are free, as in `market(idle_now_free=True)`. For the bound
+        oasis_bound.payoff_bound."""
         key = (column, size)
         if key not in self._least:
             mine = [u for u, c in enumerate(self.units.columns) if c == column]
-            free = self.capacity[mine][None, :] - self.held[: self.slots, mine]
-            if size == 1 or not mine:
-                prices = self.price[: self.slots, mine]
-                cheapest = np.where(free >= 1, prices, np.inf).min(axis=1, initial=np.inf)
-            else:
-                cheapest = np.array([self._cheapest(t, mine, size) for t in range(self.slots)])
-            slots = self.slots
-            upto = np.where(np.tri(slots, dtype=bool), cheapest[None, :], np.inf)
-            ordered = np.sort(upto, axis=1)
-            sums = np.concatenate([np.zeros((slots, 1)), np.cumsum(ordered, axis=1)], axis=1)
-            self._least[key] = (sums, cheapest)
+            cheapest = np.full(self.slots, math.inf)
+            if mine:
+                free = self.capacity[mine][None, :] - self.held[: self.slots, mine]
+                whole = (free >= size).any(axis=1)
+                cheapest[whole] = self.offers()[0][: self.slots, mine[0]][whole] * size
+                for t in np.flatnonzero(~whole & (free.sum(axis=1) >= size)):
+                    cheapest[t] = self._cheapest(int(t), mine, size)
+            if math.isfinite(cheapest[0]):
+                cheapest[0] = 0.0
+            self._least[key] = cheapest
         return self._least[key]
 
     def _cheapest(self, t: int, mine: list[int], size: int) -> float:
@@ -153,16 +159,16 @@ class Book:
         return math.inf
 
     def market(self, idle_now_free: bool = False) -> Market:
-        """The slots as a job sees them (its own GPUs not yet held); with `idle_now_free`,
-        this slot's GPUs nobody reserved cost nothing (unused, they are lost)."""
+        """The slots as a job sees them (its own GPUs not yet held); with `idle_now_free`
+        (the policy's), this slot's GPUs nobody reserved cost nothing: unused they are lost,
+        and no job arriving later can take them before the next round."""
         free = np.maximum(self.capacity[None, :] - self.held, 0)
-        price = self.price.copy()
-        if idle_now_free:
-            price[0] = 0.0
         base_free = np.maximum(self.capacity - self.base_held, 0)
+        offer, base_offer = self.offers()
         return Market(
-            self.units, free, price, self.usable_s, self.slot_ends, self.slot_s,
+            self.units, free, self.price.copy(), self.usable_s, self.slot_ends, self.slot_s,
             horizon=self.slots, base_free=base_free, base_price=self.base_price,
+            free_now=idle_now_free, offer=offer, base_offer=base_offer,
         )  # fmt: skip
 
     def reservation(self, job_id: str, schedule: Schedule) -> Reservation:
@@ -206,6 +212,35 @@ class Book:
             self._ensure(high + 1)
             found.append((low, high, self.take_of(stretch.placement)))
         return found
+
+    def offers(self) -> tuple[np.ndarray, np.ndarray]:
+        """(rows, units) and (units,): `Market.offer` and `Market.base_offer`, cached until
+        the next hold or release."""
+        if self._offers is None:
+            base = self._spread_prices(self.base_held[None, :])[0]
+            self._offers = (self._spread_prices(self.held), base)
+        return self._offers
+
+    def _spread_prices(self, held: np.ndarray) -> np.ndarray:
+        """(rows, units): per row, each unit's type's price were its GPUs held (`held`, rows
+        x units) spread as evenly as whole GPUs allow over the type's nodes: the least price
+        of a node of the type then (`Market.offer`). Packed or spread, the same load costs
+        the same, and the price rises with the type's load as per-node prices do when
+        spread."""
+        columns = np.array(self.units.columns, dtype=np.int64)
+        capacity = self.capacity.astype(float)
+        out = np.empty(held.shape)
+        for column in np.unique(columns):
+            mine = np.flatnonzero((columns == column) & (capacity > 0))
+            if mine.size == 0:
+                out[:, columns == column] = self.bounds.upper[column]
+                continue
+            share = held[:, mine].sum(axis=1) / capacity[mine].sum()  # (rows,)
+            even = np.floor(share[:, None] * capacity[mine][None, :] + 1e-9) / capacity[mine]
+            low, high = self.bounds.lower[column], self.bounds.upper[column]
+            least = (low * (high / low) ** np.clip(even, 0.0, 1.0)).min(axis=1)
+            out[:, columns == column] = least[:, None]
+        return out
 
     def _reprice(self, u: int) -> None:
         column, capacity = self.units.columns[u], int(self.capacity[u])

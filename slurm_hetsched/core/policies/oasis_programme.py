@@ -218,7 +218,7 @@ class Programme:
                 continue
             left = np.maximum(job.steps - np.arange(self.total) * self.unit, 0.0)
             extra = np.ceil(left / per_slot - 1e-9).astype(np.int64)
-            costs = market.tail_costs(option.take, extra)
+            costs = market.tail_costs(option.take, extra, option.offered)
             ends = float(market.slot_ends[-1]) + left / option.rate
             worth = utility_values(job.utility, ends, job.arrival_s) - costs
             payoff = worth[None, :] - rows

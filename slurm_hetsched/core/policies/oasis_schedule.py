@@ -8,7 +8,9 @@ Heterogeneous, with moves charged (notes section 14, items 5 and 7):
   not at all. A configuration's cost in a slot is OASiS's greedy single-slot placement: its
   GPUs on the cheapest node of the type that has them free (else spread over the cheapest
   GPUs of the type, at the job's spread rate); its work is the job's rate there times the
-  slot. (`slot_cost` is that greedy; tests check it against the integer programme.)
+  slot. (`slot_cost` is that greedy; tests check it against the integer programme.) Ours: a
+  gang that would break a wholly free node is placed on a node in use with room, at the
+  cheapest node's price (`_kept_whole`).
 - The dynamic programme runs over slots with the work done so far (in units of the job's
   steps / granularity) as state, plus the configuration of the last slot and the changes made
   so far: starting, resuming after a pause or changing configuration costs `restart_s` of
@@ -19,8 +21,10 @@ Heterogeneous, with moves charged (notes section 14, items 5 and 7):
   moment within that slot the work is done, minus the prices (the job holds its GPUs to the
   slot's end). Work beyond the horizon continues on the last slot's configuration at the last
   slot's prices.
-- Each stretch of slots on one configuration is then pinned to the GPUs cheapest over the
-  whole stretch (a job does not hop between nodes of one type), and the price recomputed.
+- Each stretch of slots on one configuration is then pinned to one of the placements its
+  slots chose, the cheapest over the whole stretch, by the same rule (a job does not hop
+  between nodes of one type). The schedule's price is the programme's offers' (the cheapest
+  per slot), its tail's at the pinned GPUs.
 
 Pure: numbers in, a schedule out.
 """
@@ -120,7 +124,11 @@ def best_schedule(
         return None
     states, tail, completion = plan
     takes = _pinned(states, tail, options, market, current if start is not None else None)
-    return _priced(job, market, takes, tail, completion)
+    offered = sum(_offer(options, t, s).cost for t, s in enumerate(states) if s >= 2)
+    if tail:  # past the horizon at the last slot's offer, as the programme counted it
+        last = _offer(options, len(states) - 1, states[-1])
+        offered += float(market.tail_costs(takes[-1] or last.take, tail, last.offered)[0])
+    return _priced(job, market, takes, tail, completion, offered)
 
 
 def _options(
@@ -128,7 +136,7 @@ def _options(
 ) -> list[list[Option | None]]:
     """Per slot, per configuration: its greedy placement (the current GPUs where the job runs
     on that configuration now and they are free). Vectorised over slots for the common case,
-    a whole node with the GPUs free; `slot_cost` for the rest."""
+    a whole node with the GPUs free (`_kept_whole`); `slot_cost` for the rest."""
     units = market.units
     columns = np.array(units.columns, dtype=np.int64)
     rows: list[list[Option | None]] = [[None] * len(configs) for _ in range(market.slots)]
@@ -140,11 +148,14 @@ def _options(
         price = market.price[: market.horizon, mine]
         masked = np.where(free >= size, price, math.inf)
         best = np.argmin(masked, axis=1)
+        placed = _kept_whole(free, price, best, size, np.array(units.free)[mine])
         rate = dict(job.sizes())[size][column]
+        offered = market.offer is not None
         for t in range(market.slots):
             if math.isfinite(masked[t, best[t]]):
-                unit = int(mine[best[t]])
-                rows[t][i] = Option(((unit, size),), float(masked[t, best[t]]) * size, rate)
+                unit = int(mine[placed[t]])
+                each = market.offer[t, unit] if market.offer is not None else masked[t, best[t]]
+                rows[t][i] = Option(((unit, size),), float(each) * size, rate, offered)
             elif free[t].sum() >= size:
                 found = slot_cost(job, size, column, units, market.free[t], market.price[t])
                 rows[t][i] = None if found is None else Option(*found)
@@ -154,7 +165,27 @@ def _options(
             cost = sum(float(market.price[0][u]) * n for u, n in current)
             rate = job.rate_on(units, current)
             rows[0][configs.index(key)] = Option(current, cost, rate)
+    if market.free_now:  # ranked by price above, paid nothing
+        rows[0] = [None if o is None else Option(o.take, 0.0, o.rate, o.offered)
+                   for o in rows[0]]  # fmt: skip
     return rows
+
+
+def _kept_whole(
+    free: np.ndarray, price: np.ndarray, cheapest: np.ndarray, size: int, whole: np.ndarray
+) -> np.ndarray:
+    """Per slot, the node (column of `free`) a gang of `size` GPUs goes to: the `cheapest`
+    with room, unless that node is wholly free and a node already in use has room; then the
+    cheapest of those. Per-node prices rise with the node's own GPUs held, so the cheapest
+    node is the emptiest, and small jobs would spread one to a node and leave no whole node
+    for a gang (on a lightly loaded cluster, a 4-GPU job ran on K80s while 5 of 20 fast GPUs
+    were busy). The job still pays the cheapest node's price: where the scheduler packs it
+    is not its cost."""
+    slots = np.arange(free.shape[0])
+    in_use = np.where((free >= size) & (free < whole[None, :]), price, math.inf)
+    packed = np.argmin(in_use, axis=1)
+    breaks_whole = free[slots, cheapest] >= whole[cheapest]
+    return np.where(breaks_whole & np.isfinite(in_use[slots, packed]), packed, cheapest)
 
 
 def config_rates(options: list[list[Option | None]]) -> list[float]:
@@ -190,10 +221,11 @@ def _pinned(
     market: Market,
     current: Take | None,
 ) -> list[Take | None]:
-    """Per slot the GPUs: each stretch of one configuration on the takes cheapest over the
-    whole stretch among those its slots chose (and the current GPUs), when one is free in
-    all of them and as fast as the fastest of them (the last stretch also in the `tail` slots
-    past the horizon); else slot by slot as the programme chose."""
+    """Per slot the GPUs: each stretch of one configuration on one of the takes its slots
+    chose that is free in all of them and as fast as the fastest of them (the last stretch
+    also in the `tail` slots past the horizon): the current GPUs, else the cheapest over the
+    stretch, unless that breaks a wholly free node and one in use fits: then the cheapest of
+    those (`_kept_whole`'s rule). If none fits, slot by slot as the programme chose."""
     takes: list[Take | None] = [
         None if s < 2 else options[t][s - 2].take  # type: ignore[union-attr]
         for t, s in enumerate(states)
@@ -223,6 +255,9 @@ def _pinned(
         ]
         if fits:
             pick = min(fits, key=lambda c: (c != current, _cost(market, slots, c), c))
+            in_use = [c for c in fits if not _wholly_free(market, t, c)]
+            if pick != current and in_use and _wholly_free(market, t, pick):
+                pick = min(in_use, key=lambda c: (_cost(market, slots, c), c))
             for s in slots:
                 takes[s] = pick
         t = end + 1
@@ -237,20 +272,32 @@ def _rate(options: list[list[Option | None]], slots: range, states: list[int], t
     return 0.0  # never: every candidate is one of the stretch's options
 
 
+def _offer(options: list[list[Option | None]], t: int, state: int) -> Option:
+    option = options[t][state - 2]
+    assert option is not None  # the programme runs only on configurations with an offer
+    return option
+
+
+def _wholly_free(market: Market, t: int, take: Take) -> bool:
+    """Whether every unit of `take` has all its GPUs free in slot t."""
+    return all(market.free[t][u] >= market.units.free[u] for u, _ in take)
+
+
 def _cost(market: Market, slots: range, take: Take) -> float:
     return sum(float(market.price[s][u]) * n for s in slots for u, n in take)
 
 
 def _priced(
-    job: JobView, market: Market, takes: list[Take | None], tail: int, completion: float
+    job: JobView,
+    market: Market,
+    takes: list[Take | None],
+    tail: int,
+    completion: float,
+    price: float,
 ) -> Schedule:
-    """The schedule with its utility at `completion` and its price at the pinned GPUs; `tail`
-    slots past the horizon on the last slot's GPUs. (Pinned GPUs are never slower than the
-    programme counted, so the job completes then at the latest.)"""
-    price = sum(_cost(market, range(s, s + 1), take) for s, take in enumerate(takes) if take)
-    last = takes[-1]
-    if tail and last is not None:
-        price += float(market.tail_costs(last, tail)[0])
+    """The schedule with its utility at `completion` and its `price`, `tail` slots past the
+    horizon on the last slot's GPUs. (Pinned GPUs are never slower than the programme
+    counted, so the job completes then at the latest.)"""
     end = float(market.slot_ends[len(takes) - 1]) + tail * market.slot_s
     utility = job.utility.value(completion, job.arrival_s)
     return Schedule(tuple(takes), tail, completion, utility, price, end)

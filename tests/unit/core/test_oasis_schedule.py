@@ -16,6 +16,7 @@ from scipy.optimize import Bounds, LinearConstraint, milp
 from slurm_hetsched.core.model import Node, Problem
 from slurm_hetsched.core.policies.hadar_alloc import JobView, Units, units_of
 from slurm_hetsched.core.policies.oasis_book import Book, current_slot
+from slurm_hetsched.core.policies.oasis_bound import payoff_bound
 from slurm_hetsched.core.policies.oasis_market import Market
 from slurm_hetsched.core.policies.oasis_prices import JobWorth, PriceBounds, estimate_bounds
 from slurm_hetsched.core.policies.oasis_programme import Tables
@@ -337,6 +338,80 @@ def test_a_running_job_moved_to_a_faster_type_is_pinned_there_not_left_where_it_
     assert found is not None and found.tail_slots == 0
     assert found.takes[0] == ((v100, 1),) and found.takes[1] == ((v100, 1),)
     assert all(take in (None, ((v100, 1),)) for take in found.takes)
+
+
+def test_a_small_job_keeps_a_whole_free_node_for_gangs_and_pays_the_cheapest_price() -> None:
+    """Two 2-GPU V100 nodes, one GPU of node a held (dearer), node b wholly free: a 1-GPU
+    job goes to a's free GPU, keeping b whole for a 2-GPU gang, and pays no more than b's
+    price (a market without offers: the cheapest node's). With a held whole, it takes b."""
+    units = _units((Node("a", {"v100": 2}), Node("b", {"v100": 2})))
+    a, b = (units.nodes.index(n) for n in ("a", "b"))
+    free = np.zeros((2, len(units.nodes)), dtype=np.int64)
+    free[:, [a, b]] = (1, 2)
+    price = np.ones((2, len(units.nodes)))
+    price[:, a] = 3.0
+    job = _job((0.0, 1.0), 720.0, Utility("flat", 100.0))
+    found = best_schedule(job, _market(units, free, price, 360.0), granularity=8, max_changes=0)
+    assert found is not None and found.takes == (((a, 1),), ((a, 1),))
+    assert found.price == pytest.approx(2 * 1.0)  # b's price for two slots
+    free[:, a] = 0
+    found = best_schedule(job, _market(units, free, price, 360.0), granularity=8, max_changes=0)
+    assert found is not None and found.takes == (((b, 1),), ((b, 1),))
+
+
+def test_a_type_costs_the_same_packed_or_spread() -> None:
+    """The book's offers price a type's GPUs as if those held were spread evenly over its
+    nodes: two 1-GPU jobs packed on node a (full, at U) leave node b wholly free (at L), and
+    both nodes are offered at the price of a node half held, as if one ran on each."""
+    units = _units((Node("a", {"v100": 2}), Node("b", {"v100": 2})))
+    a, b = (units.nodes.index(n) for n in ("a", "b"))
+    bounds = PriceBounds(upper=(10.0, 10.0), lower=(0.1, 0.1))
+    book = Book(units, TYPES, bounds, first_slot=0, slots=2, slot_s=60.0, now_s=0.0)
+    job = _job((0.0, 1.0), 120.0, Utility("flat", 50.0))
+    first = best_schedule(job, book.market(), granularity=4, max_changes=0)
+    assert first is not None and first.price == pytest.approx(2 * 0.1)  # one held of 4: L
+    book.hold(book.reservation("first", first))
+    second = best_schedule(job, book.market(), granularity=4, max_changes=0)
+    assert second is not None and second.takes == first.takes  # packed: b stays whole
+    assert second.price == pytest.approx(2 * 0.1)
+    book.hold(book.reservation("second", second))
+    market = book.market()
+    assert market.price[0, first.takes[0][0][0]] == pytest.approx(10.0)
+    assert market.offer is not None
+    assert market.offer[0, a] == market.offer[0, b] == pytest.approx(bounds.price(1, 1, 2))
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_the_cheap_bound_is_never_below_the_best_payoff(seed: int) -> None:
+    """The bound that settles held jobs without a programme is an upper bound on the
+    programme's payoff, also for schedules that mix types (a fast dear type in the horizon, a
+    cheap slow one in the tail) and on a book with other schedules held."""
+    rng = random.Random(seed)
+    nodes = (Node("a", {"k80": 2}), Node("b", {"v100": 1}), Node("c", {"v100": 2}))
+    units = _units(nodes)
+    bounds = PriceBounds(upper=(rng.uniform(5, 20), rng.uniform(5, 40)), lower=(0.05, 0.1))
+    book = Book(units, TYPES, bounds, first_slot=0, slots=rng.randint(2, 6), slot_s=100.0,
+                now_s=0.0)  # fmt: skip
+
+    def random_job() -> JobView:
+        utility = rng.choice([
+            Utility("sigmoid", rng.uniform(5, 60), rng.uniform(100, 900), rng.uniform(0, 40)),
+            Utility("linear", rng.uniform(5, 60), rng.uniform(300, 1500)),
+            Utility("flat", rng.uniform(5, 60)),
+        ])  # fmt: skip
+        rates = (rng.choice([0.0, 1.0, 2.0]), rng.choice([2.0, 3.0, 5.0]))
+        return _job(rates, rng.uniform(100.0, 2000.0), utility, restart_s=rng.choice([0, 10]))
+
+    for _ in range(rng.randint(0, 3)):
+        held = best_schedule(random_job(), book.market(True), granularity=50, max_changes=2)
+        if held is not None:
+            book.hold(book.reservation(f"h{_}", held))
+    job = random_job()
+    found = best_schedule(job, book.market(True), granularity=200, max_changes=2)
+    bound, _utility, _price = payoff_bound(job, book)
+    if found is not None:
+        # The programme counts a slot's work to the nearest of its units (1/200 of the job).
+        assert bound >= found.payoff - 1e-6 - found.price / 200
 
 
 @pytest.mark.parametrize("steps", [1000.0, 12345.0, 4e6])
