@@ -81,7 +81,7 @@ def payoff_bound(view: JobView, book: Book) -> tuple[float, float, float]:
     payoff = np.where(np.isfinite(prices), worths - prices, -math.inf)
     at = int(np.argmax(payoff))
     best = (float(payoff[at]), float(worths[at]), float(prices[at]))
-    tail = min(float(prices[-1]) / work for work, prices in configs)
+    tail = min(float(least[-1]) / work for work, least in configs)
     if math.isfinite(tail):
         cheaper = np.where(slope < tail, length, 0.0)
         inside = min(float(cheaper.sum()), view.steps)
