@@ -9,8 +9,8 @@ Heterogeneous, with moves charged (notes section 14, items 5 and 7):
   GPUs on the cheapest node of the type that has them free (else spread over the cheapest
   GPUs of the type, at the job's spread rate); its work is the job's rate there times the
   slot. (`slot_cost` is that greedy; tests check it against the integer programme.) Ours: a
-  gang that would break a wholly free node is placed on a node in use with room, at the
-  cheapest node's price (`_kept_whole`).
+  gang that would break a wholly free node is placed on a node in use with room
+  (`_kept_whole`), and a whole-node placement pays its type's offer (`Market.offer`).
 - The dynamic programme runs over slots with the work done so far (in units of the job's
   steps / granularity) as state, plus the configuration of the last slot and the changes made
   so far: starting, resuming after a pause or changing configuration costs `restart_s` of
@@ -23,8 +23,9 @@ Heterogeneous, with moves charged (notes section 14, items 5 and 7):
   slot's prices.
 - Each stretch of slots on one configuration is then pinned to one of the placements its
   slots chose, the cheapest over the whole stretch, by the same rule (a job does not hop
-  between nodes of one type). The schedule's price is the programme's offers' (the cheapest
-  per slot), its tail's at the pinned GPUs.
+  between nodes of one type). The schedule's price is what the programme counted: its
+  options' costs in the horizon, its tail at the last slot's (at the offer for a whole
+  node).
 
 Pure: numbers in, a schedule out.
 """
@@ -178,9 +179,9 @@ def _kept_whole(
     with room, unless that node is wholly free and a node already in use has room; then the
     cheapest of those. Per-node prices rise with the node's own GPUs held, so the cheapest
     node is the emptiest, and small jobs would spread one to a node and leave no whole node
-    for a gang (on a lightly loaded cluster, a 4-GPU job ran on K80s while 5 of 20 fast GPUs
-    were busy). The job still pays the cheapest node's price: where the scheduler packs it
-    is not its cost."""
+    for a gang (on a lightly loaded cluster, a 4-GPU job ran on K80s while 7 of 20 fast GPUs
+    were busy). Where the scheduler packs it is not the job's cost: it pays its type's
+    offer (`Market.offer`), the same on every node."""
     slots = np.arange(free.shape[0])
     in_use = np.where((free >= size) & (free < whole[None, :]), price, math.inf)
     packed = np.argmin(in_use, axis=1)
